@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Build the real Kubernetes control plane, kube-proxy, etcd and helm from the Go module proxy,
+# once per machine, cached outside the repo and keyed by version.  Idempotent: a finished
+# version directory (with its .complete stamp) is reused as it is.
+set -euo pipefail
+
+K8S_VERSION="${K8S_VERSION:-v1.34.4}"
+ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
+HELM_VERSION="${HELM_VERSION:-v3.19.0}"
+CACHE="${KUBEINFER_CACHE:-$HOME/.cache/kubeinfer}"
+OUT="$CACHE/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}"
+COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+
+if [[ -f "$OUT/.complete" ]]; then
+  echo "$OUT"
+  exit 0
+fi
+mkdir -p "$OUT"
+export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
+total=$(( ${#COMPONENTS[@]} + 2 ))
+step=0
+progress() {  # a one-line progress display on stderr: [3/6 ####......] building kube-proxy (412s)
+  local bar
+  bar=$(printf '%*s' "$step" '' | tr ' ' '#')$(printf '%*s' "$((total - step))" '' | tr ' ' '.')
+  printf '[%d/%d %s] %s (%ds elapsed)\n' "$step" "$total" "$bar" "$1" "$SECONDS" >&2
+}
+
+# --- Kubernetes: a wrapper module that pins k8s.io/kubernetes and replaces each staging module
+# (k8s.io/kubernetes's go.mod points them at ./staging, which a module download lacks) with its
+# published v0.x version.
+src="$CACHE/src/kubernetes-${K8S_VERSION}"
+mkdir -p "$src"
+cd "$src"
+upstream_mod=$(go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+staging_ver="v0.${K8S_VERSION#v1.}"
+{
+  echo "module kubeinfer.dev/k8s-build"
+  echo
+  grep -E '^go [0-9]' "$upstream_mod"
+  grep -E '^godebug ' "$upstream_mod" || true
+  echo
+  echo "require k8s.io/kubernetes ${K8S_VERSION}"
+  echo
+  echo "replace ("
+  grep -E '^\s+k8s.io/[a-z0-9-]+ => ./staging/' "$upstream_mod" | awk -v v="$staging_ver" '{print "\t" $1 " => " $1 " " v}'
+  echo ")"
+} > go.mod
+cat > tools.go <<GO
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+GO
+progress "resolving Kubernetes ${K8S_VERSION} module graph"
+go mod tidy -e >/dev/null 2>tidy.log || { cat tidy.log >&2; exit 1; }
+ldflags="-s -w"
+for key in gitVersion:${K8S_VERSION} gitMajor:1 gitMinor:$(echo "$K8S_VERSION" | cut -d. -f2) gitTreeState:clean buildDate:$(date -u +%Y-%m-%dT%H:%M:%SZ); do
+  k=${key%%:*}; v=${key#*:}
+  ldflags+=" -X k8s.io/client-go/pkg/version.$k=$v -X k8s.io/component-base/version.$k=$v"
+done
+for c in "${COMPONENTS[@]}"; do
+  progress "building $c"
+  go build -tags selinux,notest -trimpath -ldflags "$ldflags" -o "$OUT/$c" "k8s.io/kubernetes/cmd/$c"
+  step=$((step + 1))
+done
+
+# --- etcd: its own module; `go install` of a versioned path needs no wrapper.
+progress "building etcd ${ETCD_VERSION}"
+GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
+mv "$OUT/server" "$OUT/etcd"
+step=$((step + 1))
+progress "building helm ${HELM_VERSION}"
+GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+step=$((step + 1))
+progress "done"
+touch "$OUT/.complete"
+echo "$OUT"

@@ -1,0 +1,1 @@
+"""The continuous-batching engine: paged KV cache, block manager, scheduler, model runner."""
