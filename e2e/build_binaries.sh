@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the real Kubernetes control plane, kube-proxy, etcd and helm from the Go module proxy,
+# Build the real Kubernetes control plane, kube-proxy, etcd, Prometheus and helm from the Go module proxy,
 # once per machine, cached outside the repo and keyed by version.  Idempotent: a finished
 # version directory (with its .complete stamp) is reused as it is.
 set -euo pipefail
@@ -7,8 +7,9 @@ set -euo pipefail
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 HELM_VERSION="${HELM_VERSION:-v3.19.0}"
+PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v3.9.1}"
 CACHE="${KUBEINFER_CACHE:-$HOME/.cache/kubeinfer}"
-OUT="$CACHE/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}"
+OUT="$CACHE/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_prometheus-${PROMETHEUS_VERSION}"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 
 if [[ -f "$OUT/.complete" ]]; then
@@ -16,8 +17,15 @@ if [[ -f "$OUT/.complete" ]]; then
   exit 0
 fi
 mkdir -p "$OUT"
+# one build at a time (parallel test sessions may all ask for the binaries); a waiter finds it done
+exec 9>"$OUT.lock"
+flock 9
+if [[ -f "$OUT/.complete" ]]; then
+  echo "$OUT"
+  exit 0
+fi
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-total=$(( ${#COMPONENTS[@]} + 2 ))
+total=$(( ${#COMPONENTS[@]} + 3 ))
 step=0
 progress() {  # a one-line progress display on stderr: [3/6 ####......] building kube-proxy (412s)
   local bar
@@ -70,10 +78,29 @@ for c in "${COMPONENTS[@]}"; do
   step=$((step + 1))
 done
 
-# --- etcd: its own module; `go install` of a versioned path needs no wrapper.
+# --- etcd: server/v3's go.mod has replace directives (to its sibling modules), which `go install
+# module@version` refuses; a wrapper module resolves those siblings at their published versions.
 progress "building etcd ${ETCD_VERSION}"
-GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
-mv "$OUT/server" "$OUT/etcd"
+esrc="$CACHE/src/etcd-${ETCD_VERSION}"
+mkdir -p "$esrc"
+cd "$esrc"
+printf 'module kubeinfer.dev/etcd-build\n\ngo 1.24\n' > go.mod
+go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >/dev/null 2>get.log || { cat get.log >&2; exit 1; }
+go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
+step=$((step + 1))
+# --- Prometheus: Debian's package is built without Kubernetes service discovery.  Its go.mod has exclude
+# directives, so it too gets a wrapper module.  Release v3.M.P is module version v0.(300+M).P.  No web UI
+# assets (they come from an npm build); the API and everything the tests use are there.
+progress "building prometheus ${PROMETHEUS_VERSION}"
+IFS=. read -r pmajor pminor ppatch <<<"${PROMETHEUS_VERSION#v}"
+prom_module="v0.$((pmajor * 100 + pminor)).${ppatch}"
+psrc="$CACHE/src/prometheus-${PROMETHEUS_VERSION}"
+mkdir -p "$psrc"
+cd "$psrc"
+printf 'module kubeinfer.dev/prometheus-build\n\ngo 1.24\n' > go.mod
+go get "github.com/prometheus/prometheus/cmd/prometheus@${prom_module}" >/dev/null 2>get.log || { cat get.log >&2; exit 1; }
+go build -trimpath -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+  -o "$OUT/prometheus" github.com/prometheus/prometheus/cmd/prometheus
 step=$((step + 1))
 progress "building helm ${HELM_VERSION}"
 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"

@@ -1,0 +1,182 @@
+"""Autoscaling simulation: the operator's policy against the field's, on the same load traces.
+
+Replicas are simulated engines (batching whose step time grows with the batch, prefill, model-load delay)
+behind a FIFO router; autoscalers read what they would read in a cluster (Prometheus scrapes every 15 s,
+queue-time percentile over a 1 m rate window). Compared on each trace: ours (kubeinfer_operator's real
+`decide`), a concurrency target (Knative KPA, KServe's default), a waiting-requests threshold (KEDA on
+vLLM's num_requests_waiting), and an oracle that knows the future. Reported: SLO attainment (share of
+requests whose TTFT meets the target) and replica-seconds, also as a ratio to the oracle's.
+
+    python benchmarks/autoscaling_sim.py [--traces step,bursts] [--json out.json] [--plot-dir plots/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).parent))  # the sim package next to this script
+
+from kubeinfer_operator.autoscaling import ScalingConfig, Targets  # noqa: E402
+from sim.cluster import Cluster, Result, ServerModel  # noqa: E402
+from sim.policies import ConcurrencyTarget, Oracle, Ours, WaitingThreshold  # noqa: E402
+from sim.workload import TRACES, Shape, load_profile, make_requests  # noqa: E402
+
+ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
+
+
+@dataclass(frozen=True)
+class Row:
+    trace: str
+    policy: str
+    attainment: float
+    replica_s: float
+    vs_oracle: float
+    scale_events: int
+
+
+def our_config(args: argparse.Namespace) -> ScalingConfig:
+    # Queue time and the oldest wait get a quarter and half of the TTFT budget: prefill needs the rest.
+    targets = Targets(
+        queue_time_p95_s=args.ttft_slo / 4,
+        oldest_wait_s=args.ttft_slo / 2,
+        kv_usage=args.kv_target,
+        waiting_per_replica=2,
+    )
+    return ScalingConfig(min_replicas=1, max_replicas=args.max_replicas, targets=targets, scale_up_window_s=args.up_window)
+
+
+def simulate_trace(
+    trace: str, args: argparse.Namespace, model: ServerModel, progress: tqdm
+) -> tuple[list[Row], dict[str, Result], np.ndarray]:
+    rng = np.random.default_rng(args.seed)
+    shape = Shape()
+    prompt, output = shape.draw(200_000, rng)
+    replica_rps = 1 / float(model.work_s(prompt, output).mean())
+    load = load_profile(trace, rng, args.duration)
+    requests = make_requests(load, replica_rps, shape, rng)
+    duration = float(len(load))
+
+    def run(policy: object, initial: int) -> Result:
+        cluster = Cluster(model, requests, max_replicas=args.max_replicas, dt=args.dt)
+        result = cluster.run(policy, initial, duration)  # type: ignore[arg-type]
+        progress.update()
+        return result
+
+    # The oracle: the highest utilization (cheapest plan) that still meets the attainment goal.
+    oracle = None
+    for u in ORACLE_UTILIZATIONS:
+        plan = Oracle.build(requests, model, duration, u, min_replicas=1)
+        result = run(plan, plan.initial())
+        if oracle is None or result.attainment(args.ttft_slo) > oracle.attainment(args.ttft_slo):
+            oracle = result
+        if result.attainment(args.ttft_slo) >= args.goal:
+            oracle = result
+            break
+    progress.update(len(ORACLE_UTILIZATIONS) - ORACLE_UTILIZATIONS.index(u) - 1)
+    assert oracle is not None
+
+    initial = math.ceil(load[:60].mean() / 0.8)
+    results = {
+        "ours": run(Ours(our_config(args)), initial),
+        "concurrency": run(
+            ConcurrencyTarget(0.7 * model.max_batch, 1, args.max_replicas), initial
+        ),
+        "waiting": run(WaitingThreshold(args.waiting_threshold, 1, args.max_replicas), initial),
+        "oracle": oracle,
+    }
+    rows = [
+        Row(
+            trace,
+            name,
+            r.attainment(args.ttft_slo),
+            r.replica_s,
+            r.replica_s / oracle.replica_s,
+            r.scale_events,
+        )
+        for name, r in results.items()
+    ]
+    return rows, results, load
+
+
+def plot(trace: str, load: np.ndarray, results: dict[str, Result], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.fill_between(np.arange(len(load)) / 60, load, color="0.85", label="offered load (replicas' worth)")
+    for name, r in results.items():
+        ax.plot(r.times / 60, r.pods, label=f"{name} replicas", lw=1.2)
+    ax.set(xlabel="minutes", ylabel="replicas", title=f"{trace} trace")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--traces", default=",".join(TRACES), help=f"comma-separated, of {list(TRACES)}")
+    p.add_argument("--duration", type=float, help="cut every trace to this many seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ttft-slo", type=float, default=1.0, help="TTFT target, seconds")
+    p.add_argument("--goal", type=float, default=0.99, help="attainment the oracle must reach")
+    p.add_argument("--max-replicas", type=int, default=40)
+    p.add_argument("--waiting-threshold", type=float, default=5, help="KEDA baseline: waiting per replica")
+    p.add_argument("--load-delay", type=float, default=60, help="seconds for a new replica to load the model")
+    p.add_argument("--step-base-ms", type=float, default=8.3, help="decode step time at batch 0")
+    p.add_argument("--step-per-seq-ms", type=float, default=1.67, help="added step time per sequence")
+    p.add_argument("--prefill-tok-s", type=float, default=2400)
+    p.add_argument("--max-batch", type=int, default=16, help="maxNumSeqs")
+    p.add_argument("--dt", type=float, default=0.1, help="simulation tick, seconds")
+    p.add_argument("--kv-target", type=float, default=0.45)
+    p.add_argument("--up-window", type=float, default=0)
+    p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--plot-dir", type=Path, help="write one PNG per trace here")
+    args = p.parse_args(argv)
+    traces = args.traces.split(",")
+    if unknown := set(traces) - set(TRACES):
+        p.error(f"--traces: unknown {sorted(unknown)}")
+
+    shape = Shape()
+    model = ServerModel(
+        step_base_s=args.step_base_ms / 1000,
+        step_per_seq_s=args.step_per_seq_ms / 1000,
+        prefill_tok_s=args.prefill_tok_s,
+        max_batch=args.max_batch,
+        kv_capacity_tokens=args.max_batch * (shape.prompt_mean + shape.output_mean),
+        load_delay_s=args.load_delay,
+    )
+    rows: list[Row] = []
+    with tqdm(total=len(traces) * (3 + len(ORACLE_UTILIZATIONS)), desc="simulating", unit="run") as progress:
+        for trace in traces:
+            trace_rows, results, load = simulate_trace(trace, args, model, progress)
+            rows += trace_rows
+            if args.plot_dir:
+                args.plot_dir.mkdir(parents=True, exist_ok=True)
+                plot(trace, load, results, args.plot_dir / f"autoscaling-{trace}.png")
+
+    print(f"\nTTFT target {args.ttft_slo:g} s, model load {args.load_delay:g} s, maxNumSeqs {args.max_batch}")
+    print(f"{'trace':<9}{'policy':<13}{'attainment':>11}{'replica-s':>11}{'vs oracle':>10}{'scalings':>9}")
+    for r in rows:
+        print(
+            f"{r.trace:<9}{r.policy:<13}{r.attainment:>10.2%}{r.replica_s:>11.0f}"
+            f"{r.vs_oracle:>10.2f}{r.scale_events:>9}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json), "plot_dir": str(args.plot_dir)},
+                                         "rows": [asdict(r) for r in rows]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

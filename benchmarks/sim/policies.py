@@ -1,0 +1,177 @@
+"""The autoscalers compared: ours (the operator's real policy), two field baselines and an oracle."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
+from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
+from sim.cluster import Cluster, ServerModel
+from sim.workload import Requests
+
+
+class Every:
+    """True once per interval: each autoscaler's own control loop period."""
+
+    def __init__(self, interval_s: float, first_s: float = 0.0) -> None:
+        self.interval_s, self.next_s = interval_s, first_s
+
+    def due(self, t: float) -> bool:
+        if t < self.next_s:
+            return False
+        self.next_s += self.interval_s
+        return True
+
+
+@dataclass
+class Ours:
+    """The operator's policy, fed what its timer would read from Prometheus (the latest scrape)."""
+
+    config: ScalingConfig
+    interval_s: float = 15
+    name: str = "ours"
+    state: ScalingState = field(default_factory=ScalingState)
+
+    def __post_init__(self) -> None:
+        self.timer = Every(self.interval_s, first_s=7)  # not aligned with the scrapes
+
+    def update(self, t: float, cluster: Cluster) -> int | None:
+        if not self.timer.due(t):
+            return None
+        obs = Observation(
+            now=t,
+            replicas=cluster.replicas,
+            ready=cluster.ready,
+            starting=cluster.starting,
+            signals=self.signals(t, cluster),
+            metrics_error="" if cluster.scrapes else "no scrape yet",
+        )
+        decision, self.state = decide(self.config, obs, self.state)
+        return decision.desired
+
+    @staticmethod
+    def signals(t: float, cluster: Cluster) -> dict[str, float] | None:
+        """What signals.queries would return at time t."""
+        s = cluster.latest_scrape
+        if s is None:
+            return None
+        kv = [x.kv_usage for x in cluster.scrapes[-8:] if x.time > t - 60 and not math.isnan(x.kv_usage)]
+        raw = {
+            QUEUE_TIME: s.queue_time_p95_s,
+            OLDEST_WAIT: s.oldest_wait_s,
+            KV_USAGE: float(np.mean(kv)) if kv else math.nan,  # avg_over_time(...[1m])
+            WAITING: s.waiting,
+        }
+        return {k: v for k, v in raw.items() if not math.isnan(v)}
+
+
+@dataclass
+class ConcurrencyTarget:
+    """Knative's KPA, as KServe uses it: in-flight requests per pod averaged over a 60 s stable window,
+    a 6 s panic window that scales up (never down) once it asks for 2x the ready pods, evaluated every 2 s."""
+
+    target_per_pod: float
+    min_replicas: int
+    max_replicas: int
+    name: str = "concurrency"
+    stable_s: float = 60
+    panic_s: float = 6
+    panic_threshold: float = 2.0
+
+    def __post_init__(self) -> None:
+        self.samples: deque[tuple[float, int]] = deque()
+        self.sampler, self.timer = Every(1.0), Every(2.0)
+        self.panic_until, self.panic_peak = -math.inf, 0
+
+    def update(self, t: float, cluster: Cluster) -> int | None:
+        if self.sampler.due(t):
+            self.samples.append((t, cluster.in_flight))
+            while self.samples[0][0] <= t - self.stable_s:
+                self.samples.popleft()
+        if not self.timer.due(t):
+            return None
+        stable = np.mean([c for _, c in self.samples])
+        panic = np.mean([c for s, c in self.samples if s > t - self.panic_s])
+        want_stable, want_panic = math.ceil(stable / self.target_per_pod), math.ceil(panic / self.target_per_pod)
+        if want_panic >= self.panic_threshold * max(cluster.ready, 1):
+            self.panic_until = t + self.stable_s
+        if t < self.panic_until:
+            self.panic_peak = desired = max(want_panic, want_stable, self.panic_peak, cluster.replicas)
+        else:
+            self.panic_peak = 0
+            desired = max(want_stable, math.ceil(cluster.replicas / 2))  # max scale-down rate 2
+        return min(max(desired, self.min_replicas), self.max_replicas)
+
+
+@dataclass
+class WaitingThreshold:
+    """KEDA's Prometheus trigger on sum(num_requests_waiting) with AverageValue threshold, polled every
+    30 s, driving an HPA (10% tolerance, max(2x, +4) scale-up, 300 s scale-down cooldown)."""
+
+    threshold: float
+    min_replicas: int
+    max_replicas: int
+    name: str = "waiting"
+    poll_s: float = 30
+    cooldown_s: float = 300
+
+    def __post_init__(self) -> None:
+        self.timer = Every(self.poll_s, first_s=self.poll_s)
+        self.history: deque[tuple[float, int]] = deque()
+
+    def update(self, t: float, cluster: Cluster) -> int | None:
+        if not self.timer.due(t):
+            return None
+        current, waiting = cluster.replicas, cluster.latest_scrape.waiting
+        ratio = waiting / (self.threshold * current)
+        rec = current if abs(ratio - 1) <= 0.1 else math.ceil(waiting / self.threshold)
+        rec = min(max(rec, self.min_replicas), self.max_replicas)
+        self.history.append((t, rec))
+        while self.history[0][0] <= t - self.cooldown_s:
+            self.history.popleft()
+        if rec > current:
+            return min(rec, max(2 * current, current + 4))
+        return min(current, max(r for _, r in self.history))
+
+
+@dataclass
+class Oracle:
+    """Knows every future request: runs the fewest replicas whose full-batch capacity, at utilization u,
+    covers the work arriving in each 15 s bucket, ordering them load_delay ahead."""
+
+    plan: np.ndarray  # replicas needed per bucket
+    bucket_s: float
+    load_delay_s: float
+    name: str = "oracle"
+
+    def __post_init__(self) -> None:
+        self.timer = Every(self.bucket_s)
+
+    @classmethod
+    def build(
+        cls, requests: Requests, model: ServerModel, duration: float, utilization: float, min_replicas: int,
+        bucket_s: float = 15,
+    ) -> Oracle:
+        buckets = int(math.ceil(duration / bucket_s))
+        work = np.bincount(
+            (requests.arrival // bucket_s).astype(int),
+            weights=model.work_s(requests.prompt, requests.output),
+            minlength=buckets,
+        )[:buckets]
+        plan = np.maximum(np.ceil(work / bucket_s / utilization), min_replicas).astype(int)
+        return cls(plan, bucket_s, model.load_delay_s)
+
+    def initial(self) -> int:
+        return int(self.plan[:2].max())
+
+    def update(self, t: float, cluster: Cluster) -> int | None:
+        if not self.timer.due(t):
+            return None
+        k = int(t // self.bucket_s)
+        # What is needed from the previous bucket (its requests still run) to one load delay from now.
+        horizon = self.plan[max(k - 1, 0) : k + int(math.ceil(self.load_delay_s / self.bucket_s)) + 1]
+        return int(horizon.max())

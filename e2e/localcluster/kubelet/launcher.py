@@ -1,0 +1,86 @@
+"""The command line that puts a container's process into its pod: the pod's network namespace (entered
+with nsenter), then a fresh mount and UTS namespace (unshare) where a short shell script sets the
+hostname, bind-mounts the volumes at their mountPaths and execs the container's command.  No process is
+forked on the way, so the pid the kubelet gets is the container's own."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+
+from .volumes import Mount
+
+HOSTS_HEADER = """# Kubernetes-managed hosts file (process kubelet).
+127.0.0.1\tlocalhost
+::1\tlocalhost ip6-localhost ip6-loopback
+"""
+
+
+def launch_argv(
+    netns_path: str | None, hostname: str, mounts: list[Mount], workdir: str, command: list[str]
+) -> list[str]:
+    lines = ["set -e"]
+    if netns_path:
+        lines.append(f"echo {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
+    for m in mounts:
+        lines.append(f"mount --bind {shlex.quote(m.source)} {shlex.quote(m.target)}")
+        if m.read_only:
+            lines.append(f"mount -o remount,bind,ro {shlex.quote(m.target)}")
+    lines += [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"']
+    script = "\n".join(lines)
+    unshare = ["unshare", "--mount", "--propagation", "private", *(["--uts"] if netns_path else []), "--"]
+    enter = ["nsenter", f"--net={netns_path}", "--"] if netns_path else []
+    return [*enter, *unshare, "sh", "-c", script, "sh", *command]
+
+
+def ensure_mountpoints(mounts: list[Mount], record: Path) -> None:
+    """A bind mount needs something at its target.  Whatever is created for that is empty, lives on the
+    host only as an empty mountpoint, and is listed in `record` so `down` removes it again."""
+    created = []
+    for m in mounts:
+        target = Path(m.target)
+        if target.exists():
+            continue
+        missing = [p for p in [target, *target.parents] if not p.exists()]
+        if os.path.isdir(m.source):
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        created += [str(p) for p in reversed(missing)]
+    if created:
+        with record.open("a") as out:
+            out.writelines(f"{p}\n" for p in created)
+
+
+def remove_mountpoints(record: Path) -> None:
+    """Undo ensure_mountpoints, deepest first, leaving anything that is no longer empty."""
+    if not record.exists():
+        return
+    for line in sorted(set(record.read_text().splitlines()), key=len, reverse=True):
+        p = Path(line)
+        try:
+            if p.is_dir():
+                p.rmdir()
+            elif p.is_file() and p.stat().st_size == 0:
+                p.unlink()
+        except OSError:
+            pass
+    record.unlink()
+
+
+def hosts_file(
+    pod_ip: str, hostname: str, aliases: list[dict[str, object]], services: list[tuple[str, str]]
+) -> str:
+    """/etc/hosts for a pod: itself, its spec.hostAliases, then every Service's names -> ClusterIP.  This
+    stands in for cluster DNS, which the harness does not run."""
+    lines = [HOSTS_HEADER.rstrip("\n"), f"{pod_ip}\t{hostname}"]
+    lines += [f"{a['ip']}\t{' '.join(a.get('hostnames', []))}" for a in aliases]  # type: ignore[arg-type]
+    lines += [f"{ip}\t{names}" for ip, names in services]
+    return "\n".join(lines) + "\n"
+
+
+def service_names(name: str, namespace: str, pod_namespace: str) -> str:
+    names = [f"{name}.{namespace}.svc.cluster.local", f"{name}.{namespace}.svc", f"{name}.{namespace}"]
+    return " ".join(names + ([name] if namespace == pod_namespace else []))

@@ -1,0 +1,286 @@
+"""The operator on the local cluster, installed by its chart and running as a pod of the chart's
+Deployment with the chart's ServiceAccount, so every API call it makes is checked by RBAC."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from demo import (
+    CHART,
+    OPERATOR_NAMESPACE,
+    RELEASE,
+    TINY_EXAMPLE,
+    chat,
+    endpoint_addresses,
+    ensure_tiny_model,
+    helm_install,
+    service_urls,
+    tiny_model_dir,
+)
+
+pytestmark = pytest.mark.cluster
+
+NAMESPACE = "op-e2e"
+ISVC_LABEL = "serving.kubeinfer.dev/inferenceservice"
+LEASE = "kubeinfer-operator"
+RESYNC_SECONDS = 3
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def get(cluster: Any, *args: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def owned(cluster: Any, kind: str, name: str) -> list[dict[str, Any]]:
+    return get(cluster, kind, "-n", NAMESPACE, "-l", f"{ISVC_LABEL}={name}")["items"]
+
+
+def condition(isvc: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in isvc.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def leader_pod(cluster: Any) -> str:
+    holder = get(cluster, "lease", LEASE, "-n", OPERATOR_NAMESPACE)["spec"].get("holderIdentity") or ""
+    return holder.rsplit("_", 1)[0]
+
+
+def reconciles_logged(cluster: Any, name: str) -> int:
+    log = cluster.pod_log(OPERATOR_NAMESPACE, leader_pod(cluster))
+    return log.count(f"reconciled {NAMESPACE}/{name}:")
+
+
+def manifest(name: str, **spec_changes: Any) -> dict[str, Any]:
+    obj = yaml.safe_load(TINY_EXAMPLE.read_text())
+    obj["metadata"] = {"name": name, "namespace": NAMESPACE}
+    for dotted, value in spec_changes.items():
+        *parents, leaf = dotted.split("__")
+        node = obj["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return obj
+
+
+def apply(cluster: Any, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Any) -> Iterator[Any]:
+    ensure_tiny_model(tiny_model_dir())
+    helm_install(
+        cluster,
+        {
+            "replicaCount": 2,
+            "prometheusUrl": cluster.prometheus_url,
+            "logLevel": "DEBUG",
+            "resyncSeconds": RESYNC_SECONDS,
+        },
+    )
+    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+
+    def elected() -> str:
+        lease = cluster.kubectl("get", "lease", LEASE, "-n", OPERATOR_NAMESPACE, check=False)
+        return leader_pod(cluster) if lease.returncode == 0 else ""
+
+    wait_for("an elected operator", elected)
+    yield cluster
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    # Other test modules share the cluster and may run an operator of their own.
+    subprocess.run(
+        [cluster.helm_path, "uninstall", RELEASE, f"--kubeconfig={cluster.kubeconfig}",
+         f"--namespace={OPERATOR_NAMESPACE}", "--wait"],
+        check=False, capture_output=True,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tiny(operator: Any) -> dict[str, Any]:
+    apply(operator, manifest("tiny"))
+    operator.kubectl("wait", "--for=condition=Ready", "infsvc/tiny", "-n", NAMESPACE, "--timeout=180s")
+    return get(operator, "infsvc", "tiny", "-n", NAMESPACE)
+
+
+def test_operator_runs_as_the_charts_pods_with_its_service_account(operator: Any) -> None:
+    pods = get(operator, "pods", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/name=kubeinfer-operator")[
+        "items"
+    ]
+    assert len(pods) == 2
+    assert {p["spec"]["serviceAccountName"] for p in pods} == {"kubeinfer-operator"}
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
+    assert leader_pod(operator) in {p["metadata"]["name"] for p in pods}
+    helm = [operator.helm_path, "lint", "--strict", str(CHART)]
+    linted = subprocess.run(helm, capture_output=True, text=True, check=False)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+
+
+def test_tiny_example_becomes_ready_and_answers(operator: Any, tiny: dict[str, Any]) -> None:
+    status = tiny["status"]
+    assert condition(tiny, "Ready")["status"] == "True"
+    assert status["observedGeneration"] == tiny["metadata"]["generation"]
+    assert status["readyReplicas"] == 1 and status["desiredReplicas"] == 1
+    assert status["url"] == f"http://tiny.{NAMESPACE}.svc.cluster.local"
+    pods = get(operator, "pods", "-n", NAMESPACE, "-l", status["selector"])["items"]
+    assert [p["status"]["phase"] for p in pods] == ["Running"]
+    assert status["stableRevision"] == pods[0]["metadata"]["labels"]["serving.kubeinfer.dev/revision"]
+    addresses = endpoint_addresses(operator, NAMESPACE, "tiny")
+    assert addresses == [pods[0]["status"]["podIP"]]
+    response = httpx.post(
+        f"http://{addresses[0]}:8000/v1/completions",
+        json={"model": "tiny", "prompt": "Hello", "max_tokens": 5},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    assert response.json()["usage"]["completion_tokens"] == 5
+    _, answer = chat(service_urls(operator, NAMESPACE, "tiny"), "tiny", "Hi")
+    assert answer["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_reconciling_an_unchanged_object_writes_nothing(operator: Any, tiny: dict[str, Any]) -> None:
+    def versions() -> dict[str, str]:
+        found = {
+            f"{kind}/{obj['metadata']['name']}": obj["metadata"]["resourceVersion"]
+            for kind in ("deployments", "services", "poddisruptionbudgets")
+            for obj in owned(operator, kind, "tiny")
+        }
+        return found
+
+    def settled() -> bool:
+        isvc = get(operator, "infsvc", "tiny", "-n", NAMESPACE)
+        return condition(isvc, "Progressing").get("reason") == "Complete"
+
+    wait_for("the rollout to settle", settled)
+    before, status_before = versions(), get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"]
+    seen = reconciles_logged(operator, "tiny")
+    # An event on the object itself, and then resyncs: at least three more reconciles.
+    operator.kubectl("annotate", "infsvc", "tiny", "-n", NAMESPACE, f"e2e/poke={time.time()}")
+    wait_for("three more reconciles", lambda: reconciles_logged(operator, "tiny") >= seen + 3, timeout=30)
+    assert len(before) == 3
+    assert versions() == before
+    assert get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"] == status_before
+
+
+def test_a_deleted_service_comes_back(operator: Any, tiny: dict[str, Any]) -> None:
+    old = get(operator, "service", "tiny", "-n", NAMESPACE)["metadata"]["uid"]
+    operator.kubectl("delete", "service", "tiny", "-n", NAMESPACE)
+    back = wait_for(
+        "the Service to be recreated",
+        lambda: [s for s in owned(operator, "services", "tiny") if s["metadata"]["uid"] != old],
+        timeout=30,
+    )
+    assert back[0]["spec"]["ports"][0]["port"] == 80
+
+
+def test_a_hand_scaled_deployment_is_set_back(operator: Any, tiny: dict[str, Any]) -> None:
+    (deployment,) = owned(operator, "deployments", "tiny")
+    name = deployment["metadata"]["name"]
+    operator.kubectl("scale", "deployment", name, "-n", NAMESPACE, "--replicas=3")
+    wait_for(
+        "the operator to restore 1 replica",
+        lambda: get(operator, "deployment", name, "-n", NAMESPACE)["spec"]["replicas"] == 1,
+        timeout=30,
+    )
+
+
+def test_a_spec_change_rolls_out_a_new_revision(operator: Any, tiny: dict[str, Any]) -> None:
+    first = get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"]["stableRevision"]
+    operator.kubectl(
+        "patch",
+        "infsvc",
+        "tiny",
+        "-n",
+        NAMESPACE,
+        "--type=merge",
+        "-p",
+        '{"spec":{"runtime":{"maxNumSeqs":4}}}',
+    )
+
+    def rolled_out() -> dict[str, Any] | None:
+        isvc = get(operator, "infsvc", "tiny", "-n", NAMESPACE)
+        status = isvc["status"]
+        done = (
+            status.get("observedGeneration") == isvc["metadata"]["generation"]
+            and status.get("stableRevision") not in (None, first)
+            and condition(isvc, "Progressing").get("reason") == "Complete"
+        )
+        return isvc if done else None
+
+    isvc = wait_for("the new revision to replace the old", rolled_out, timeout=120)
+    second = isvc["status"]["stableRevision"]
+    deployments = owned(operator, "deployments", "tiny")
+    assert [d["metadata"]["name"] for d in deployments] == [f"tiny-{second}"]
+    args = deployments[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-num-seqs") + 1] == "4"
+    assert condition(isvc, "Ready")["status"] == "True"
+    events = get(operator, "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=tiny")["items"]
+    assert "RollingOut" in {e["reason"] for e in events}
+
+
+def test_more_gpus_than_any_node_has_is_explained(operator: Any) -> None:
+    greedy = manifest(
+        "greedy",
+        runtime__engine="vllm",
+        runtime__image="vllm/vllm-openai:v0.11.0",
+        runtime__resources={"gpus": 4},
+        runtime__kvCacheTokens=None,
+    )
+    del greedy["spec"]["runtime"]["kvCacheTokens"]
+    apply(operator, greedy)
+
+    def explained() -> dict[str, Any]:
+        ready = condition(get(operator, "infsvc", "greedy", "-n", NAMESPACE), "Ready")
+        return ready if ready.get("reason") == "Unschedulable" else {}
+
+    ready = wait_for("the Unschedulable condition", explained, timeout=60)
+    assert ready["status"] == "False"
+    assert "Insufficient nvidia.com/gpu" in ready["message"]
+    assert "lower spec.runtime.resources.gpus" in ready["message"]
+    events = get(operator, "events", "-n", NAMESPACE, "--field-selector", "involvedObject.name=greedy")[
+        "items"
+    ]
+    assert any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events)
+    operator.kubectl("delete", "infsvc", "greedy", "-n", NAMESPACE)
+
+
+def test_the_standby_takes_over_when_the_leader_dies(operator: Any, tiny: dict[str, Any]) -> None:
+    leader = leader_pod(operator)
+    operator.kubectl("delete", "pod", leader, "-n", OPERATOR_NAMESPACE, "--wait=false")
+    successor = wait_for(
+        "another replica to hold the lease",
+        lambda: (pod := leader_pod(operator)) and pod != leader and pod,
+        timeout=60,
+    )
+    assert successor
+    old = get(operator, "service", "tiny", "-n", NAMESPACE)["metadata"]["uid"]
+    operator.kubectl("delete", "service", "tiny", "-n", NAMESPACE)
+    wait_for(
+        "the new leader to repair the Service",
+        lambda: [s for s in owned(operator, "services", "tiny") if s["metadata"]["uid"] != old],
+        timeout=30,
+    )
+
+
+def test_deleting_the_inference_service_removes_what_it_owned(operator: Any, tiny: dict[str, Any]) -> None:
+    operator.kubectl("delete", "infsvc", "tiny", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
+    wait_for(
+        "owned objects to be garbage-collected",
+        lambda: not any(owned(operator, kind, "tiny") for kind in ("deployments", "services", "pdb", "pods")),
+        timeout=90,
+    )

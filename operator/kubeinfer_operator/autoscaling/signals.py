@@ -1,0 +1,100 @@
+"""Scaling signals from Prometheus: the PromQL per engine, and the one function that queries it.
+
+Series are selected by the labels the scrape config relabels from pod labels onto every series:
+`namespace`, `inferenceservice` and `track`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import requests
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+
+from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
+
+Signals = dict[str, float]
+
+
+class MetricsUnavailable(Exception):
+    """Prometheus could not be reached or has no series for the service: hold, do not guess."""
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    waiting: str  # gauge: requests waiting to be scheduled
+    kv_usage: str  # gauge: KV-cache usage 0..1
+    queue_time: str  # histogram: seconds from arrival to scheduling
+    # Gauge: age of the oldest waiting request. A histogram only sees a request once it is scheduled,
+    # so a queue that has stalled shows up late in the percentile; this gauge shows it at once. vLLM has
+    # none (and observes queue time only when a request finishes): its waiting gauge is the prompt signal.
+    oldest_wait: str | None
+
+
+ENGINES: dict[str, EngineMetrics] = {
+    "builtin": EngineMetrics(
+        waiting="kubeinfer_requests_waiting",
+        kv_usage="kubeinfer_kv_cache_usage_ratio",
+        queue_time="kubeinfer_request_queue_time_seconds",
+        oldest_wait="kubeinfer_oldest_waiting_request_age_seconds",
+    ),
+    "vllm": EngineMetrics(
+        waiting="vllm:num_requests_waiting",
+        kv_usage="vllm:kv_cache_usage_perc",  # a 0..1 fraction despite the name
+        queue_time="vllm:request_queue_time_seconds",
+        oldest_wait=None,
+    ),
+}
+
+
+def engine_metrics(engine: str) -> EngineMetrics:
+    try:
+        return ENGINES[engine]
+    except KeyError:
+        raise ValueError(f"spec.runtime.engine: unknown engine {engine!r} (known: {sorted(ENGINES)})") from None
+
+
+def queries(
+    metrics: EngineMetrics, namespace: str, name: str, track: str | None = None, window: str = "1m"
+) -> dict[str, str]:
+    """PromQL per signal for one InferenceService (and track)."""
+    labels = {"namespace": namespace, "inferenceservice": name} | ({"track": track} if track else {})
+    sel = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+    out = {
+        QUEUE_TIME: f"histogram_quantile(0.95, sum by (le) (rate({metrics.queue_time}_bucket{sel}[{window}])))",
+        # A point sample of KV usage swings with the batch; the operating level is its short-window mean.
+        KV_USAGE: f"avg(avg_over_time({metrics.kv_usage}{sel}[{window}]))",
+        WAITING: f"sum({metrics.waiting}{sel})",
+    }
+    if metrics.oldest_wait:
+        out[OLDEST_WAIT] = f"max({metrics.oldest_wait}{sel})"
+    return out
+
+
+def fetch_signals(
+    prom: PrometheusConnect, metrics: EngineMetrics, namespace: str, name: str, track: str | None = None
+) -> Signals:
+    """Current value of each signal; raises MetricsUnavailable rather than return a partial guess.
+
+    A percentile with no request scheduled in its window is NaN (or has no series before the first
+    request): that signal is left out, which the policy reads as "no data", not as zero.
+    """
+    signals: Signals = {}
+    for signal, promql in queries(metrics, namespace, name, track).items():
+        try:
+            result = prom.custom_query(promql)
+        except (requests.RequestException, PrometheusApiClientException) as e:
+            raise MetricsUnavailable(f"Prometheus query for {signal} failed: {e}") from e
+        if not result:
+            if signal == QUEUE_TIME:
+                continue
+            raise MetricsUnavailable(f"no series for {signal} of {namespace}/{name}: {promql}")
+        value = float(result[0]["value"][1])
+        if math.isfinite(value):
+            signals[signal] = value
+    return signals
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')

@@ -1,0 +1,115 @@
+"""kopf wiring, and nothing else: watch events name an InferenceService, the work queue
+deduplicates them, and the Lease holder's workers reconcile (reconcile.py).
+
+    kopf run -m kubeinfer_operator.handlers --standalone --all-namespaces
+
+Only `on.event` handlers: kopf then keeps no state in the user's object (no annotations, no
+finalizers), so deleting an InferenceService never waits for the operator and a GitOps diff shows
+nothing the operator wrote outside status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from kubeinfer_operator.kube import Kube, load_client
+from kubeinfer_operator.leader import Leadership
+from kubeinfer_operator.names import GROUP, KIND, LABEL_ISVC, PLURAL, VERSION
+from kubeinfer_operator.reconcile import reconcile
+from kubeinfer_operator.settings import Settings, load_settings
+from kubeinfer_operator.workqueue import Key, WorkQueue
+
+log = logging.getLogger(__name__)
+OWNED = {LABEL_ISVC: kopf.PRESENT}
+
+
+@dataclass
+class Operator:
+    settings: Settings
+    kube: Kube
+    queue: WorkQueue
+    leadership: Leadership | None  # None: leader election off (one replica, or development)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)  # referenced, so never collected
+
+    def leading(self) -> bool:
+        return self.leadership is None or self.leadership.leading.is_set()
+
+    async def process(self, key: Key) -> None:
+        if self.leading():  # a standby drops work: the leader reconciles everything when elected
+            await asyncio.to_thread(reconcile, self.kube, self.settings, *key)
+
+    async def enqueue_all(self) -> None:
+        for namespace in self.settings.namespaces or (None,):
+            for isvc in await asyncio.to_thread(self.kube.list, KIND, namespace):
+                self.queue.add((isvc["metadata"]["namespace"], isvc["metadata"]["name"]))
+
+    async def resync(self) -> None:
+        """Level-triggered safety net: whatever a watch missed, the next pass repairs."""
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            if self.leading():
+                try:
+                    await self.enqueue_all()
+                except Exception:
+                    log.exception("resync listing failed; the next pass retries")
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    config = load_settings()
+    logging.getLogger("kubeinfer_operator").setLevel(config.log_level)
+    if config.log_level != "DEBUG":  # kopf logs every watch event it handles at INFO
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # kopf would post its own log lines as Events; ours (one per condition change) say more.
+    settings.posting.enabled = False
+    loop = asyncio.get_running_loop()
+    kube = Kube(load_client())
+    operator = Operator(config, kube, WorkQueue(lambda key: operator.process(key)), None)
+    if config.leader_election:
+
+        def elected() -> None:
+            asyncio.run_coroutine_threadsafe(operator.enqueue_all(), loop)
+
+        operator.leadership = Leadership(config.lease_name, config.lease_namespace, config.identity, elected)
+        operator.leadership.start()
+    operator.tasks = [loop.create_task(operator.queue.worker()) for _ in range(config.workers)]
+    operator.tasks.append(loop.create_task(operator.resync()))
+    memo.operator = operator
+    log.info(
+        "kubeinfer operator started: namespaces=%s leader_election=%s",
+        ",".join(config.namespaces) or "all",
+        config.leader_election,
+    )
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    if memo.operator.leadership is not None:
+        await asyncio.to_thread(memo.operator.leadership.release)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def inference_service_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.operator.queue.add((namespace, name))
+
+
+def _owner(body: kopf.Body, labels: kopf.Labels) -> str:
+    for ref in body.metadata.get("ownerReferences") or []:
+        if ref.get("kind") == KIND and ref.get("controller"):
+            return ref["name"]
+    return labels[LABEL_ISVC]  # pods: owned by a ReplicaSet, labelled by the template
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=OWNED)
+@kopf.on.event("v1", "services", labels=OWNED)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=OWNED)
+@kopf.on.event("v1", "pods", labels=OWNED)
+async def owned_object_changed(
+    body: kopf.Body, labels: kopf.Labels, namespace: str, memo: kopf.Memo, **_: Any
+) -> None:
+    memo.operator.queue.add((namespace, _owner(body, labels)))

@@ -1,0 +1,147 @@
+"""The operator's only door to the Kubernetes API: plain JSON in and out, server-side apply under
+one field manager. Everything else in the operator works on dicts and never sees a client."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from kubeinfer_operator.names import FIELD_MANAGER, GROUP, PLURAL, VERSION
+
+# kind -> (API path prefix, plural); the kinds the operator reads or writes, nothing more.
+_PATHS = {
+    "InferenceService": (f"/apis/{GROUP}/{VERSION}", PLURAL),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "Service": ("/api/v1", "services"),
+    "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
+    "Pod": ("/api/v1", "pods"),
+    "Event": ("/api/v1", "events"),
+}
+REQUEST_TIMEOUT_SECONDS = 30
+
+
+def load_client() -> client.ApiClient:
+    """In a pod: its ServiceAccount; elsewhere: the current kubeconfig context."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        url = path + ("?" + urlencode(query) if query else "")
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        method, full_url, headers, _, _ = self.api.param_serialize(
+            method, url, header_params=headers, auth_settings=["BearerToken"]
+        )
+        # The client JSON-encodes bodies of JSON content types itself; apply-patch+yaml goes as text.
+        payload = json.dumps(body) if body is not None and content_type.endswith("yaml") else body
+        response = self.api.call_api(
+            method, full_url, header_params=headers, body=payload, _request_timeout=REQUEST_TIMEOUT_SECONDS
+        )
+        data = response.read()
+        text = data.decode() if data else ""
+        if not 200 <= response.status <= 299:
+            raise ApiException.from_response(http_resp=response, body=text, data=None)
+        return json.loads(text) if text else {}
+
+    @staticmethod
+    def _path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+        prefix, plural = _PATHS[kind]
+        path = f"{prefix}/namespaces/{namespace}/{plural}"
+        return path + (f"/{name}" if name else "") + (f"/{subresource}" if subresource else "")
+
+    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._request("GET", self._path(kind, namespace, name))
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def list(
+        self, kind: str, namespace: str | None, labels: dict[str, str] | None = None
+    ) -> list[dict[str, Any]]:
+        prefix, plural = _PATHS[kind]
+        path = self._path(kind, namespace) if namespace else f"{prefix}/{plural}"
+        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
+        return self._request("GET", path, query=query).get("items", [])
+
+    def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply: the fields in `obj` become ours (force: an edit by someone else is
+        drift to repair); an apply that changes nothing writes nothing."""
+        meta = obj["metadata"]
+        return self._request(
+            "PATCH",
+            self._path(obj["kind"], meta["namespace"], meta["name"]),
+            query={"fieldManager": FIELD_MANAGER, "force": "true"},
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def delete(self, kind: str, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the object observed (uid precondition): never a same-named successor."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        try:
+            self._request("DELETE", self._path(kind, namespace, name), body=body)
+        except ApiException as error:
+            if error.status not in (404, 409):
+                raise
+
+    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge-patch the status subresource: fields this patch omits (set by other writers,
+        such as the autoscaler) stay as they are."""
+        self._request(
+            "PATCH",
+            self._path(kind, namespace, name, "status"),
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        meta = involved["metadata"]
+        now = now_rfc3339()
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+        }
+        self._request("POST", self._path("Event", meta["namespace"]), body=event)

@@ -1,0 +1,201 @@
+"""One reconcile of one InferenceService: observe, plan (pure), act.
+
+Level-triggered: the plan depends only on what is observed now, so a reconcile that was lost
+(operator restart, API error) is made up by the next one, and repeating one changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from kubeinfer_operator import kv_capacity
+from kubeinfer_operator.api import InferenceServiceSpec
+from kubeinfer_operator.api.base import field_errors
+from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
+from kubeinfer_operator.kube import Kube, now_rfc3339
+from kubeinfer_operator.names import KIND, LABEL_ISVC, LABEL_REVISION, service_url
+from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
+from kubeinfer_operator.render import (
+    Owner,
+    pod_selector,
+    render_deployment,
+    render_pdb,
+    render_pod_template,
+    render_service,
+)
+from kubeinfer_operator.settings import Settings
+from kubeinfer_operator.status import (
+    Observation,
+    RevisionView,
+    degraded_condition,
+    invalid_spec_conditions,
+    is_warning,
+    progressing_condition,
+    ready_condition,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    apply: tuple[dict[str, Any], ...]
+    retire: tuple[RevisionView, ...]  # Deployments of revisions the current one has replaced
+    status: dict[str, Any]  # only the status fields this reconcile owns
+    transitions: tuple[Transition, ...]
+
+
+def desired_replicas(spec: InferenceServiceSpec, status: dict[str, Any]) -> int:
+    """The one place the replica count is decided: a pin in spec.replicas wins; otherwise the
+    autoscaler's status.desiredReplicas (when active), kept within the scaling range."""
+    if spec.replicas is not None:
+        return spec.replicas
+    scaling = spec.scaling
+    autoscaled = status.get("desiredReplicas")
+    if scaling.mode == "active" and isinstance(autoscaled, int):
+        return max(scaling.min_replicas, min(scaling.max_replicas, autoscaled))
+    return scaling.min_replicas
+
+
+def _selector_string(name: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(pod_selector(name).items()))
+
+
+def _status(
+    isvc: dict[str, Any], conditions: list[Condition], now: str, fields: dict[str, Any]
+) -> tuple[dict[str, Any], tuple[Transition, ...]]:
+    previous = (isvc.get("status") or {}).get("conditions") or []
+    generation = isvc["metadata"].get("generation", 0)
+    status = {
+        "observedGeneration": generation,
+        "conditions": merge(previous, conditions, now, generation),
+        **fields,
+    }
+    return status, tuple(transitions(previous, conditions))
+
+
+def plan(
+    isvc: dict[str, Any],
+    spec: InferenceServiceSpec,
+    deployments: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    settings: Settings,
+    kv: tuple[dict[str, Any], Condition],
+    now: str,
+) -> Plan:
+    meta = isvc["metadata"]
+    owner = Owner(meta["name"], meta["namespace"], meta["uid"])
+    pod = render_pod_template(owner, spec, settings)
+    desired = desired_replicas(spec, isvc.get("status") or {})
+    views = [RevisionView.of(d) for d in deployments]
+    current = next((v for v in views if v.revision == pod.revision), None)
+    older = tuple(v for v in views if v.revision != pod.revision)
+    # Old revisions keep serving until the new one serves every desired replica.
+    retire = older if desired == 0 or (current is not None and current.serves(desired)) else ()
+    remaining = tuple(v for v in older if v not in retire)
+
+    ask = ResourceAsk(spec.runtime.resources.gpus, spec.runtime.resources.gpu_resource)
+    new_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == pod.revision]
+    diagnosis = diagnose(new_pods, ask) or diagnose(pods, ask)
+    url = service_url(owner.name, owner.namespace)
+    observed = Observation(desired, current, remaining, diagnosis, url)
+
+    capacity, kv_condition = kv
+    conditions = [
+        ready_condition(observed),
+        progressing_condition(observed),
+        degraded_condition(observed),
+        kv_condition,
+    ]
+    previous_stable = (isvc.get("status") or {}).get("stableRevision")
+    if current is not None and current.serves(desired):
+        stable = current.revision
+    elif previous_stable in {v.revision for v in remaining}:
+        stable = previous_stable
+    else:
+        stable = remaining[0].revision if remaining else None
+    status, changed = _status(
+        isvc,
+        conditions,
+        now,
+        {
+            "replicas": observed.replicas,
+            "readyReplicas": observed.ready,
+            "desiredReplicas": desired,
+            "selector": _selector_string(owner.name),
+            "url": url,
+            "stableRevision": stable,
+            "kvCapacity": capacity or None,
+        },
+    )
+    objects = (render_deployment(owner, spec, pod, desired), render_service(owner), render_pdb(owner))
+    return Plan(apply=objects, retire=retire, status=status, transitions=changed)
+
+
+def plan_invalid(isvc: dict[str, Any], problems: list[str], now: str) -> Plan:
+    """A spec the apiserver let through but the operator cannot serve (e.g. a CRD older than the
+    operator): change nothing, say why."""
+    status, changed = _status(isvc, invalid_spec_conditions(problems), now, {})
+    return Plan(apply=(), retire=(), status=status, transitions=changed)
+
+
+def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
+
+
+def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Plan:
+    meta = isvc["metadata"]
+    now = now_rfc3339()
+    try:
+        spec = InferenceServiceSpec.model_validate(isvc.get("spec") or {})
+    except ValidationError as error:
+        return plan_invalid(isvc, [f"spec.{line}" for line in field_errors(error)], now)
+    labels = {LABEL_ISVC: meta["name"]}
+    deployments = [d for d in kube.list("Deployment", meta["namespace"], labels) if _owned_by(d, meta["uid"])]
+    pods = kube.list("Pod", meta["namespace"], labels)
+    kv = kv_capacity.check(spec, kv_capacity.model_shape(spec), kv_capacity.device_memory(spec))
+    return plan(isvc, spec, deployments, pods, settings, kv, now)
+
+
+def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
+    meta = isvc["metadata"]
+    for obj in plan.apply:
+        kube.apply(obj)
+    for view in plan.retire:
+        log.info("retiring revision %s of %s/%s", view.revision, meta["namespace"], meta["name"])
+        kube.delete("Deployment", meta["namespace"], view.name, view.uid)
+    current = isvc.get("status") or {}
+    changed = {key: value for key, value in plan.status.items() if current.get(key) != value}
+    if changed:
+        kube.patch_status(KIND, meta["namespace"], meta["name"], changed)
+    log.log(
+        logging.INFO if changed or plan.retire else logging.DEBUG,
+        "reconciled %s/%s: applied %d, retired %d, status fields changed: %s",
+        meta["namespace"],
+        meta["name"],
+        len(plan.apply),
+        len(plan.retire),
+        ", ".join(sorted(changed)) or "none",
+    )
+    # Events only once the status that records the transition is written: a retried reconcile
+    # then neither repeats nor loses them.
+    for transition in plan.transitions:
+        condition = transition.condition
+        kind = "Warning" if is_warning(condition) else "Normal"
+        message = f"{condition.type} is {condition.status}: {condition.message}"
+        try:
+            kube.post_event(isvc, kind, condition.reason, message)
+        except ApiException as error:
+            log.warning("could not post event %s on %s: %s", condition.reason, meta["name"], error.reason)
+
+
+def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> None:
+    isvc = kube.get(KIND, namespace, name)
+    if isvc is None or isvc["metadata"].get("deletionTimestamp"):
+        return  # the owned objects are garbage-collected with it
+    execute(kube, isvc, observe_and_plan(kube, settings, isvc))

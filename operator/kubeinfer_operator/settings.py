@@ -1,0 +1,67 @@
+"""Operator configuration, read once from the environment the chart sets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/kubeinfer/runtime:0.1.0"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Settings:
+    runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    """Image of the builtin engine, for InferenceServices that name none."""
+    prometheus_url: str = "http://prometheus-server.monitoring.svc:9090"
+    namespaces: tuple[str, ...] = ()
+    """Namespaces watched; empty means all."""
+    log_level: str = "INFO"
+    resync_seconds: float = 60.0
+    """Every InferenceService is reconciled at least this often, whatever the watches missed."""
+    leader_election: bool = True
+    lease_name: str = "kubeinfer-operator"
+    lease_namespace: str = "default"
+    identity: str = ""
+    workers: int = 4
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no"):
+        return False
+    raise ValueError(f"{name}={value!r}: expected true or false")
+
+
+def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
+    """Settings from KUBEINFER_* variables; a bad value raises ValueError naming the variable."""
+    defaults = Settings()
+    level = env.get("KUBEINFER_LOG_LEVEL", defaults.log_level).upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"KUBEINFER_LOG_LEVEL={level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    try:
+        resync = float(env.get("KUBEINFER_RESYNC_SECONDS", defaults.resync_seconds))
+        workers = int(env.get("KUBEINFER_WORKERS", defaults.workers))
+    except ValueError as error:
+        raise ValueError(f"KUBEINFER_RESYNC_SECONDS / KUBEINFER_WORKERS: {error}") from None
+    if resync <= 0 or workers < 1:
+        raise ValueError("KUBEINFER_RESYNC_SECONDS must be > 0 and KUBEINFER_WORKERS >= 1")
+    pod = env.get("POD_NAME") or socket.gethostname()
+    return Settings(
+        runtime_image=env.get("KUBEINFER_RUNTIME_IMAGE", defaults.runtime_image),
+        prometheus_url=env.get("KUBEINFER_PROMETHEUS_URL", defaults.prometheus_url),
+        namespaces=tuple(ns.strip() for ns in env.get("KUBEINFER_NAMESPACES", "").split(",") if ns.strip()),
+        log_level=level,
+        resync_seconds=resync,
+        leader_election=_flag("KUBEINFER_LEADER_ELECTION", env.get("KUBEINFER_LEADER_ELECTION", "true")),
+        lease_name=env.get("KUBEINFER_LEASE_NAME", defaults.lease_name),
+        lease_namespace=env.get("POD_NAMESPACE", defaults.lease_namespace),
+        # Unique per process: a restarted pod with the same name must not inherit the old lease.
+        identity=f"{pod}_{uuid.uuid4().hex[:8]}",
+        workers=workers,
+    )

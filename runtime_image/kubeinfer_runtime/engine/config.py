@@ -1,0 +1,53 @@
+"""Engine settings: what the server's flags and the InferenceService spec turn into."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+SCHEDULING_POLICIES = ("fcfs", "priority")
+
+
+@dataclass
+class EngineConfig:
+    model: str | Path  # Hugging Face model directory
+    dtype: str | None = None  # None: the config's dtype on CUDA, float32 on CPU
+    device: str | None = None  # None: cuda when present, else cpu
+    block_size: int = 16  # tokens per KV-cache block
+    max_num_seqs: int = 64  # running sequences per step
+    max_num_batched_tokens: int = 2048  # tokens per step; longer prompts are prefilled in chunks
+    kv_cache_tokens: int | None = None  # KV-cache size in tokens; None: size from memory
+    kv_cache_memory_fraction: float = 0.9  # of free device memory (CPU: of available RAM, see kv_cache.py)
+    enable_prefix_caching: bool = True
+    scheduling_policy: str = "fcfs"  # or "priority": lower value first
+    max_model_len: int | None = None  # None: the model's max_position_embeddings, capped by the cache
+    seed: int = 0  # for requests that sample without a seed of their own
+    num_threads: int | None = None  # CPU threads; None: the CPUs this process may use
+
+    def __post_init__(self) -> None:
+        for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("kv_cache_tokens", "max_model_len", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 when set, got {value}")
+        if not 0 < self.kv_cache_memory_fraction <= 1:
+            raise ValueError(f"kv_cache_memory_fraction must be in (0, 1], got {self.kv_cache_memory_fraction}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {SCHEDULING_POLICIES}, got {self.scheduling_policy!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.device is not None and torch.device(self.device).type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")

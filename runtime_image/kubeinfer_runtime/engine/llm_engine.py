@@ -1,0 +1,227 @@
+"""LLMEngine: the API the server drives. add_request / abort_request between steps, step() in a loop.
+
+Not thread-safe: one thread (the server's engine loop) calls every method.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from kubeinfer_runtime.engine.block_manager import BlockManager
+from kubeinfer_runtime.engine.config import EngineConfig
+from kubeinfer_runtime.engine.model_runner import ModelRunner
+from kubeinfer_runtime.engine.sampler import sample
+from kubeinfer_runtime.engine.scheduler import Scheduler
+from kubeinfer_runtime.engine.sequence import Sequence
+from kubeinfer_runtime.engine.types import EngineStats, FinishReason, RequestOutput, SamplingParams
+from kubeinfer_runtime.models.loader import read_hf_config
+from kubeinfer_runtime.models.registry import parse_model_config
+from kubeinfer_runtime.tokenizer import Tokenizer
+
+
+def check_sampling_params(params: SamplingParams) -> None:
+    if params.max_tokens < 1:
+        raise ValueError(f"max_tokens must be >= 1, got {params.max_tokens}")
+    if params.temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {params.temperature}")
+    if not 0 < params.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {params.top_p}")
+    if params.top_k < -1:
+        raise ValueError(f"top_k must be -1, 0 (both: disabled) or positive, got {params.top_k}")
+    if any(not s for s in params.stop):
+        raise ValueError("stop strings must be non-empty")
+
+
+def find_stop(text: str, stops: tuple[str, ...], new_from: int) -> int | None:
+    """Where the earliest stop string starts in `text`, considering only matches that end after
+    `new_from` (earlier text was already checked)."""
+    found = [i for s in stops if (i := text.find(s, max(0, new_from - len(s) + 1))) >= 0]
+    return min(found, default=None)
+
+
+def _eos_token_ids(model_dir: Path, hf_config: dict[str, Any], tokenizer: Tokenizer) -> frozenset[int]:
+    """EOS ids from the tokenizer and generation_config.json (chat models list several there)."""
+    ids: set[int] = set()
+    path = model_dir / "generation_config.json"
+    declared = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+    for value in (declared, tokenizer.eos_token_id, hf_config.get("eos_token_id") if not declared else None):
+        ids |= set(value) if isinstance(value, list) else {value} if value is not None else set()
+    return frozenset(ids)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        model_dir = Path(config.model)
+        hf_config = read_hf_config(model_dir)
+        self.model_config = parse_model_config(hf_config)
+        self.tokenizer = Tokenizer(model_dir)
+        self.eos_token_ids = _eos_token_ids(model_dir, hf_config, self.tokenizer)
+        self.model_runner = ModelRunner(config, self.model_config)
+        self.max_model_len = self.model_runner.max_model_len
+        plan = self.model_runner.kv_plan
+        self.block_manager = BlockManager(plan.num_blocks, plan.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.generator = torch.Generator(self.model_runner.device).manual_seed(config.seed)
+        self.sequences: dict[str, Sequence] = {}  # unfinished requests
+        self._aborted: list[Sequence] = []  # aborted since the last step, which reports them
+        self._arrivals = itertools.count()
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str | Path, **overrides: Any) -> LLMEngine:
+        return cls(EngineConfig(model=model_dir, **overrides))
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        arrival_time: float | None = None,
+    ) -> None:
+        if request_id in self.sequences:
+            raise ValueError(f"request_id {request_id!r} is already in use")
+        if not prompt_token_ids:
+            raise ValueError("prompt_token_ids is empty")
+        if len(prompt_token_ids) >= self.max_model_len:
+            raise ValueError(
+                f"prompt has {len(prompt_token_ids)} tokens but max_model_len is {self.max_model_len} "
+                "(the prompt must leave room for at least one output token)"
+            )
+        vocab = self.model_config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise ValueError(f"prompt_token_ids must be in [0, {vocab}) (the model's vocab_size)")
+        check_sampling_params(params)
+        generator = None
+        if params.seed is not None:
+            generator = torch.Generator(self.model_runner.device).manual_seed(params.seed)
+        seq = Sequence(
+            request_id,
+            prompt_token_ids,
+            params,
+            priority,
+            time.monotonic() if arrival_time is None else arrival_time,
+            next(self._arrivals),
+            self.tokenizer.detokenizer(prompt_token_ids),
+            generator,
+        )
+        self.sequences[request_id] = seq
+        self.scheduler.add(seq)
+
+    def abort_request(self, request_id: str) -> None:
+        seq = self.sequences.pop(request_id, None)
+        if seq is None:
+            return
+        self.scheduler.remove(seq)
+        seq.finish_reason = FinishReason.ABORT
+        self._aborted.append(seq)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.sequences or self._aborted)
+
+    def step(self) -> list[RequestOutput]:
+        outputs = [self._output(seq, [], "", time.monotonic()) for seq in self._aborted]
+        self._aborted = []
+        scheduled = self.scheduler.schedule(time.monotonic())
+        if not scheduled.seqs:
+            return outputs
+        sampled, logits = self.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+        tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled], self.generator)
+        now = time.monotonic()
+        for seq, num_new in zip(scheduled.seqs, scheduled.num_new_tokens, strict=True):
+            seq.num_computed_tokens += num_new
+            self.block_manager.cache_full_blocks(seq)
+        for seq, token in zip(sampled, tokens, strict=True):
+            outputs.append(self._append_token(seq, token, now))
+        return outputs
+
+    def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+        params = seq.params
+        seq.token_ids.append(token)
+        if seq.first_token_time is None:
+            seq.first_token_time = now
+        reason = None
+        if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
+            reason = FinishReason.STOP  # the stop token's text is not part of the output
+        else:
+            checked = len(seq.output_text)
+            seq.output_text += seq.detokenizer.step(token)
+            cut = find_stop(seq.output_text, params.stop, checked) if params.stop else None
+            if cut is not None:
+                seq.output_text = seq.output_text[:cut]
+                reason = FinishReason.STOP
+        if reason is None and (seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len):
+            reason = FinishReason.LENGTH
+        if reason is None:
+            # Hold back a tail that could still become a stop string, so none is ever streamed.
+            holdback = max(map(len, params.stop), default=1) - 1
+            emit_to = max(seq.num_text_emitted, len(seq.output_text) - holdback)
+        else:
+            seq.finish_reason = reason
+            del self.sequences[seq.request_id]
+            self.scheduler.remove(seq)
+            emit_to = len(seq.output_text)
+        new_text = seq.output_text[seq.num_text_emitted : emit_to]
+        seq.num_text_emitted = emit_to
+        return self._output(seq, [token], new_text, now)
+
+    def _output(self, seq: Sequence, new_tokens: list[int], new_text: str, now: float) -> RequestOutput:
+        return RequestOutput(
+            request_id=seq.request_id,
+            new_token_ids=new_tokens,
+            new_text=new_text,
+            finished=seq.finish_reason is not None,
+            finish_reason=seq.finish_reason,
+            num_prompt_tokens=seq.num_prompt_tokens,
+            num_cached_prompt_tokens=seq.num_cached_prompt_tokens,
+            num_output_tokens=seq.num_output_tokens,
+            arrival_time=seq.arrival_time,
+            first_scheduled_time=seq.first_scheduled_time,
+            first_token_time=seq.first_token_time,
+            token_times=[now] * len(new_tokens),
+        )
+
+    def stats(self) -> EngineStats:
+        now = time.monotonic()
+        scheduler, blocks = self.scheduler, self.block_manager
+        return EngineStats(
+            num_waiting=len(scheduler.waiting),
+            num_running=len(scheduler.running),
+            oldest_waiting_age_s=max((now - s.arrival_time for s in scheduler.waiting), default=0.0),
+            kv_usage=blocks.usage,
+            num_blocks_total=blocks.num_blocks,
+            num_blocks_free=blocks.num_free_blocks,
+            kv_capacity_tokens=self.model_runner.kv_plan.capacity_tokens,
+            prefix_cache_queries_total=scheduler.prefix_cache_queries,
+            prefix_cache_hits_total=scheduler.prefix_cache_hits,
+            preemptions_total=scheduler.num_preemptions,
+        )
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams | list[SamplingParams],
+        use_tqdm: bool = False,
+    ) -> list[list[int]]:
+        """Offline batch generation: every prompt's output token ids, in prompt order."""
+        all_params = params if isinstance(params, list) else [params] * len(prompts)
+        if len(all_params) != len(prompts):
+            raise ValueError(f"got {len(all_params)} SamplingParams for {len(prompts)} prompts")
+        ids = [f"generate-{next(self._arrivals)}" for _ in prompts]
+        for request_id, prompt, p in zip(ids, prompts, all_params, strict=True):
+            self.add_request(request_id, prompt, p)
+        results: dict[str, list[int]] = {request_id: [] for request_id in ids}
+        with tqdm(total=len(prompts), desc="Generating", unit="req", disable=not use_tqdm) as bar:
+            while any(request_id in self.sequences for request_id in ids):
+                for out in self.step():
+                    if out.request_id in results:
+                        results[out.request_id] += out.new_token_ids
+                        bar.update(out.finished)
+        return [results[request_id] for request_id in ids]

@@ -1,0 +1,154 @@
+"""Runs the model for one scheduled step: loads the weights, owns the KV cache, builds batch inputs."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from kubeinfer_runtime.engine.config import DTYPES, EngineConfig
+from kubeinfer_runtime.engine.kv_cache import KVCachePlan, allocate_kv_cache, plan_kv_cache
+from kubeinfer_runtime.engine.sequence import Sequence
+from kubeinfer_runtime.models.attention import AttentionBatch, PrefillSpan
+from kubeinfer_runtime.models.llama import LlamaConfig, rope_tables
+from kubeinfer_runtime.models.loader import load_model
+
+log = logging.getLogger(__name__)
+
+
+def resolve_device(config: EngineConfig) -> torch.device:
+    if config.device is not None:
+        device = torch.device(config.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {config.device!r} requested but CUDA is not available")
+        return device
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_dtype(config: EngineConfig, model: LlamaConfig, device: torch.device) -> torch.dtype:
+    if config.dtype is not None:
+        dtype = DTYPES[config.dtype]
+    elif device.type == "cuda":
+        dtype = DTYPES.get(model.torch_dtype or "bfloat16", torch.bfloat16)
+    else:
+        dtype = torch.float32  # half-precision matmuls are slow on most CPUs
+    if dtype == torch.float16 and device.type == "cpu":
+        raise ValueError("dtype float16 is only supported on CUDA; use float32 or bfloat16 on CPU")
+    return dtype
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, capped by a cgroup v2 CPU quota (a pod's limit)."""
+    cpus = len(os.sched_getaffinity(0))
+    cpu_max = Path("/sys/fs/cgroup/cpu.max")
+    if cpu_max.is_file():
+        quota, period = cpu_max.read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    return cpus
+
+
+def _slots(block_table: list[int], start: int, end: int, block_size: int) -> torch.Tensor:
+    """Cache slots of token positions [start, end)."""
+    first, last = start // block_size, -(-end // block_size)
+    blocks = torch.tensor(block_table[first:last])
+    slots = (blocks[:, None] * block_size + torch.arange(block_size)).flatten()
+    offset = start - first * block_size
+    return slots[offset : offset + end - start]
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, model_config: LlamaConfig) -> None:
+        self.device = resolve_device(config)
+        self.dtype = resolve_dtype(config, model_config, self.device)
+        if self.device.type == "cpu":
+            torch.set_num_threads(config.num_threads or usable_cpus())
+        self.block_size = config.block_size
+        self.model = load_model(config.model, model_config, self.dtype, self.device)
+
+        requested = config.max_model_len or model_config.max_position_embeddings
+        if requested > model_config.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len {requested} exceeds the model's max_position_embeddings "
+                f"{model_config.max_position_embeddings}"
+            )
+        self.kv_plan: KVCachePlan = plan_kv_cache(config, model_config, self.dtype, self.device, requested)
+        capacity = self.kv_plan.capacity_tokens
+        if capacity < requested:
+            if config.max_model_len is not None:
+                raise ValueError(
+                    f"max_model_len {requested} does not fit the KV cache ({capacity} tokens); "
+                    "lower max_model_len or give the cache more memory"
+                )
+            log.warning("max_model_len lowered from %d to the KV cache capacity, %d tokens", requested, capacity)
+        self.max_model_len = min(requested, capacity)
+        self.kv_caches = allocate_kv_cache(self.kv_plan, model_config, self.dtype, self.device)
+        for layer, cache in zip(self.model.model.layers, self.kv_caches, strict=True):
+            layer.self_attn.kv_cache = cache
+        cos, sin = rope_tables(model_config, self.max_model_len, self.dtype)
+        self.cos, self.sin = cos.to(self.device), sin.to(self.device)
+
+    def _decode_inputs(self, seqs: list[Sequence]) -> tuple[list[int], list[int], list[int], torch.Tensor, torch.Tensor]:
+        """Token, position and slot of each single-token query, plus padded block tables and key mask."""
+        bs = self.block_size
+        positions = [seq.num_computed_tokens for seq in seqs]
+        tokens = [seq.token_ids[p] for seq, p in zip(seqs, positions, strict=True)]
+        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
+        max_blocks = max(positions) // bs + 1
+        table: list[int] = []
+        for seq, p in zip(seqs, positions, strict=True):
+            blocks = seq.block_table[: p // bs + 1]
+            table += blocks + [0] * (max_blocks - len(blocks))  # padding reads block 0, masked out
+        context_lens = torch.tensor(positions) + 1
+        mask = torch.arange(max_blocks * bs)[None, :] < context_lens[:, None]
+        return tokens, positions, slots, torch.tensor(table), mask.view(1, len(seqs), 1, -1)
+
+    @torch.inference_mode()
+    def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[list[Sequence], torch.Tensor]:
+        """Compute the scheduled tokens; returns the sequences that reached their last token (in
+        batch order) and their next-token logits [len(those), vocab]."""
+        decodes = [seq for seq, n in zip(seqs, num_new_tokens, strict=True) if n == 1]
+        prefills = [(seq, n) for seq, n in zip(seqs, num_new_tokens, strict=True) if n > 1]
+        sampled = [seq for seq in decodes if seq.num_computed_tokens + 1 == seq.num_tokens]
+        logit_rows = [i for i, seq in enumerate(decodes) if seq.num_computed_tokens + 1 == seq.num_tokens]
+
+        token_ids: list[int] = []
+        position_parts: list[torch.Tensor] = []
+        slot_parts: list[torch.Tensor] = []
+        decode_blocks = decode_mask = None
+        if decodes:
+            token_ids, positions, slots, decode_blocks, decode_mask = self._decode_inputs(decodes)
+            position_parts.append(torch.tensor(positions))
+            slot_parts.append(torch.tensor(slots))
+        spans: list[PrefillSpan] = []
+        row = len(decodes)
+        for seq, n in prefills:
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
+            token_ids += seq.token_ids[start:end]
+            position_parts.append(torch.arange(start, end))
+            context_slots = _slots(seq.block_table, 0, end, self.block_size)
+            slot_parts.append(context_slots[start:])
+            spans.append(PrefillSpan(row, row + n, context_slots.to(self.device) if start else None))
+            row += n
+            if end == seq.num_tokens:
+                sampled.append(seq)
+                logit_rows.append(row - 1)
+
+        device = self.device
+        positions_t = torch.cat(position_parts).to(device)
+        batch = AttentionBatch(
+            slot_mapping=torch.cat(slot_parts).to(device),
+            cos=self.cos[positions_t].unsqueeze(1),
+            sin=self.sin[positions_t].unsqueeze(1),
+            block_size=self.block_size,
+            num_decodes=len(decodes),
+            decode_blocks=None if decode_blocks is None else decode_blocks.to(device),
+            decode_mask=None if decode_mask is None else decode_mask.to(device),
+            prefills=spans,
+        )
+        input_ids = torch.tensor(token_ids, device=device)
+        logits = self.model(input_ids, batch, torch.tensor(logit_rows, dtype=torch.long, device=device))
+        return sampled, logits

@@ -1,0 +1,107 @@
+"""Attention over the paged KV cache, for a batch that mixes single-token decodes and prefill chunks.
+
+A layer's cache is one tensor [2 * kv_heads, num_blocks * block_size, head_dim]: keys in the first
+kv_heads rows, values in the rest, token slots along dim 1. Gathering a sequence's blocks therefore
+yields contiguous [kv_heads, tokens, head_dim] keys and values, the layout attention wants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class PrefillSpan:
+    """One sequence's prefill chunk: batch rows [start, end) attend to `context_len` tokens."""
+
+    start: int
+    end: int
+    # Cache slots of the whole context when part of it was computed in an earlier step (prefix-cache
+    # hit or an earlier chunk); None when the chunk is the whole context and attends only to itself.
+    context_slots: torch.Tensor | None
+
+
+@dataclass
+class AttentionBatch:
+    """Per-step attention inputs, built once by the model runner and shared by every layer."""
+
+    slot_mapping: torch.Tensor  # [T] cache slot each new token's key and value go to
+    cos: torch.Tensor  # [T, 1, head_dim] rotary tables at each token's position
+    sin: torch.Tensor  # [T, 1, head_dim] (first half negated, see `apply_rope`)
+    block_size: int
+    # Rows [0, num_decodes) are single-token queries, batched into one attention call.
+    num_decodes: int
+    decode_blocks: torch.Tensor | None  # [num_decodes * max_blocks] block tables, padded, row-major
+    decode_mask: torch.Tensor | None  # [1, num_decodes, 1, max_blocks * block_size] True for real keys
+    prefills: list[PrefillSpan]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, HF layout: x*cos + rotate_half(x)*sin, with rotate_half(x) = (-x2, x1).
+
+    `signed_sin` carries the minus sign in its first half, so rotate_half becomes a roll.
+    """
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+
+
+def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+    kv_heads = k.shape[1]
+    cache[:kv_heads].index_copy_(1, slots, k.transpose(0, 1))
+    cache[kv_heads:].index_copy_(1, slots, v.transpose(0, 1))
+
+
+def _decode_attention(q: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float) -> torch.Tensor:
+    num_seqs, num_heads, head_dim = q.shape
+    two_kv_heads = cache.shape[0]
+    kv_heads = two_kv_heads // 2
+    kv = cache.view(two_kv_heads, -1, batch.block_size * head_dim).index_select(1, batch.decode_blocks)
+    kv = kv.view(two_kv_heads, num_seqs, -1, head_dim)
+    # Group the query heads that share a KV head as extra query rows: grouped-query attention for free.
+    q = q.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).transpose(0, 1)
+    out = F.scaled_dot_product_attention(q, kv[:kv_heads], kv[kv_heads:], attn_mask=batch.decode_mask, scale=scale)
+    return out.transpose(0, 1).reshape(num_seqs, num_heads, head_dim)
+
+
+def _prefill_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, span: PrefillSpan, scale: float
+) -> torch.Tensor:
+    num_heads, kv_heads = q.shape[1], k.shape[1]
+    q = q.transpose(0, 1).unsqueeze(0)
+    gqa = num_heads != kv_heads
+    if span.context_slots is None:
+        k, v = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    else:
+        kv = cache.index_select(1, span.context_slots).unsqueeze(0)
+        num_new, context_len = span.end - span.start, span.context_slots.numel()
+        # Query i sits at position context_len - num_new + i and sees every key up to it.
+        key_pos = torch.arange(context_len, device=q.device)
+        query_pos = torch.arange(context_len - num_new, context_len, device=q.device)
+        mask = key_pos[None, :] <= query_pos[:, None]
+        out = F.scaled_dot_product_attention(
+            q, kv[:, :kv_heads], kv[:, kv_heads:], attn_mask=mask, scale=scale, enable_gqa=gqa
+        )
+    return out.squeeze(0).transpose(0, 1)
+
+
+def paged_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
+) -> torch.Tensor:
+    """q [T, heads, head_dim], k and v [T, kv_heads, head_dim] -> [T, heads, head_dim].
+
+    The new keys and values are written to the cache first, so decodes and chunks read them from there.
+    """
+    write_kv(cache, k, v, batch.slot_mapping)
+    nd = batch.num_decodes
+    if not batch.prefills:
+        return _decode_attention(q, cache, batch, scale)
+    out = torch.empty_like(q)
+    if nd:
+        out[:nd] = _decode_attention(q[:nd], cache, batch, scale)
+    for span in batch.prefills:
+        rows = slice(span.start, span.end)
+        out[rows] = _prefill_attention(q[rows], k[rows], v[rows], cache, span, scale)
+    return out

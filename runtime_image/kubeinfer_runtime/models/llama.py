@@ -1,0 +1,248 @@
+"""Llama-family decoder (Llama 2/3, Qwen2): RMSNorm, rotary embeddings, grouped-query attention, SwiGLU.
+
+Projections that read the same input are fused into one matmul (q/k/v, gate/up); the loader fills
+the fused weights from the checkpoint's separate tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kubeinfer_runtime.models.attention import AttentionBatch, apply_rope, paged_attention
+
+ROPE_TYPES = ("default", "linear", "llama3")
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict[str, Any] | None  # None, or the llama3 / linear parameters
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    torch_dtype: str | None
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> LlamaConfig:
+        architecture = hf["architectures"][0]
+        if hf.get("hidden_act", "silu") != "silu":
+            raise ValueError(f"config.json hidden_act {hf['hidden_act']!r} is not supported; only 'silu'")
+        if hf.get("use_sliding_window"):
+            raise ValueError("config.json use_sliding_window=true is not supported (full attention only)")
+        # transformers >= 5 writes rope settings as `rope_parameters`; older configs use
+        # `rope_theta` + `rope_scaling` (whose type key was once `type`).
+        rope = {**(hf.get("rope_parameters") or {}), **(hf.get("rope_scaling") or {})}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ROPE_TYPES:
+            raise ValueError(f"config.json rope_type {rope_type!r} is not supported; supported: {ROPE_TYPES}")
+        qwen2 = architecture == "Qwen2ForCausalLM"
+        num_heads = hf["num_attention_heads"]
+        return cls(
+            architecture=architecture,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=num_heads,
+            num_kv_heads=hf.get("num_key_value_heads") or num_heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
+            rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
+            max_position_embeddings=hf.get("max_position_embeddings", 2048),
+            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            qkv_bias=qwen2 or hf.get("attention_bias", False),
+            o_bias=not qwen2 and hf.get("attention_bias", False),
+            mlp_bias=hf.get("mlp_bias", False),
+            torch_dtype=hf.get("torch_dtype") or hf.get("dtype"),
+        )
+
+
+def rope_inv_freq(config: LlamaConfig) -> torch.Tensor:
+    """Inverse frequencies exactly as transformers computes them, llama3 / linear scaling included."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    factor = scaling["factor"]
+    if scaling["rope_type"] == "linear":
+        return inv_freq / factor
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    old_context = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_context / high) & (wavelen <= old_context / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_tables(config: LlamaConfig, max_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and signed sin [max_len, head_dim] for positions 0..max_len-1 (see `apply_rope`)."""
+    freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), rope_inv_freq(config))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    signed_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1)
+    return emb.cos().to(dtype), signed_sin.to(dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        # Half precision: normalise in float32 like transformers, then scale in the model dtype.
+        return F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        qkv_out = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
+        self.scale = self.head_dim**-0.5
+        self.kv_cache = torch.empty(0)  # set by the model runner once the cache is allocated
+
+    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        num_tokens = x.shape[0]
+        qkv = self.qkv_proj(x)
+        num_qk_heads = self.num_heads + self.num_kv_heads
+        qk = apply_rope(qkv[:, : num_qk_heads * self.head_dim].view(num_tokens, num_qk_heads, -1), batch.cos, batch.sin)
+        v = qkv[:, num_qk_heads * self.head_dim :].view(num_tokens, self.num_kv_heads, -1)
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        out = paged_attention(q, k, v, self.kv_cache, batch, self.scale)
+        return self.o_proj(out.view(num_tokens, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), batch)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+def _copy_checked(name: str, target: torch.Tensor, tensor: torch.Tensor) -> None:
+    if target.shape != tensor.shape:
+        raise ValueError(f"checkpoint tensor {name!r} has shape {list(tensor.shape)}, expected {list(target.shape)}")
+    target.copy_(tensor)
+
+
+class LlamaForCausalLM(nn.Module):
+    # checkpoint projection name -> (fused module name, shard index within it)
+    packed_modules = {
+        "q_proj": ("qkv_proj", 0),
+        "k_proj": ("qkv_proj", 1),
+        "v_proj": ("qkv_proj", 2),
+        "gate_proj": ("gate_up_proj", 0),
+        "up_proj": ("gate_up_proj", 1),
+    }
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor, batch: AttentionBatch, logit_rows: torch.Tensor) -> torch.Tensor:
+        """Logits [len(logit_rows), vocab] at the given rows; only those rows pay for the LM head."""
+        x = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            x = layer(x, batch)
+        return self.lm_head(self.model.norm(x[logit_rows]))
+
+    def shard_sizes(self, fused: str) -> list[int]:
+        c = self.config
+        if fused == "qkv_proj":
+            return [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim]
+        return [c.intermediate_size, c.intermediate_size]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Copy checkpoint tensors into the (fused) parameters; returns the parameter names filled."""
+        params = dict(self.named_parameters())
+        filled: set[str] = set()
+        for name, tensor in weights:
+            if name.endswith("rotary_emb.inv_freq"):  # old checkpoints saved the rope buffer
+                continue
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:  # a copy of the embedding
+                continue
+            module, _, leaf = name.rpartition(".")
+            parent, _, proj = module.rpartition(".")
+            if proj in self.packed_modules:
+                fused, shard = self.packed_modules[proj]
+                target = f"{parent}.{fused}.{leaf}"
+                offset = sum(self.shard_sizes(fused)[:shard])
+                param = params.get(target)
+                if param is None:
+                    raise ValueError(f"checkpoint tensor {name!r} has no place in {self.config.architecture}")
+                _copy_checked(name, param.data[offset : offset + self.shard_sizes(fused)[shard]], tensor)
+                filled.add(f"{target}#{shard}")
+                continue
+            if name not in params:
+                raise ValueError(f"checkpoint tensor {name!r} has no place in {self.config.architecture}")
+            _copy_checked(name, params[name].data, tensor)
+            filled.add(name)
+        return filled
+
+    def expected_weights(self) -> set[str]:
+        """Everything `load_weights` must fill: fused parameters count once per shard."""
+        expected = set()
+        for name, _ in self.named_parameters():
+            fused = name.rsplit(".", 2)[-2]
+            if fused in ("qkv_proj", "gate_up_proj"):
+                expected |= {f"{name}#{i}" for i in range(len(self.shard_sizes(fused)))}
+            else:
+                expected.add(name)
+        return expected

@@ -1,0 +1,297 @@
+"""The router's HTTP app: an OpenAI-compatible pass-through proxy in front of an InferenceService's tracks.
+
+A request is given a track by weight, then the least-loaded replica in it. If connecting fails, or the
+replica answers 5xx/429, or the connection drops before the first body byte, the request is retried on
+another replica (same track first) — nothing has reached the client yet, so the retry is invisible.
+Once the first byte is forwarded the response is committed: chunks are passed through as they arrive.
+
+If the client goes away at any point, the backend request is closed so the replica stops generating.
+If the backend cuts a stream, the client connection is dropped rather than ended cleanly, so the client
+can tell the body is truncated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from kubeinfer_runtime.router.balancer import TrackChooser, pick_least_loaded
+from kubeinfer_runtime.router.config import ConfigFile, RouterConfig
+from kubeinfer_runtime.router.load_probe import LoadProbe
+from kubeinfer_runtime.router.metrics import RouterMetrics
+
+log = logging.getLogger(__name__)
+
+# Headers that describe one connection, not the message; uvicorn writes its own date and server.
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+     "transfer-encoding", "upgrade", "host", "date", "server"}
+)  # fmt: skip
+REQUEST_ID = "x-request-id"
+TRACK_HEADER = "x-kubeinfer-track"
+
+AttemptOrder = list[tuple[str, tuple[str, ...]]]  # (track, its endpoints), in the order to try them
+
+
+def is_retryable(status: int) -> bool:
+    return status >= 500 or status == 429
+
+
+def error_response(status: int, message: str, request_id: str, track: str | None = None) -> JSONResponse:
+    headers = {REQUEST_ID: request_id} | ({TRACK_HEADER: track} if track else {})
+    body = {"error": {"message": message, "type": "router_error", "code": status}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+@dataclass
+class Upstream:
+    """A backend response whose first body chunk has arrived: from here on the request is committed."""
+
+    track: str
+    endpoint: str
+    response: httpx.Response
+    first_chunk: bytes
+    rest: AsyncIterator[bytes]
+
+    @property
+    def streamed(self) -> bool:
+        return self.response.headers.get("content-type", "").startswith("text/event-stream")
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class Router:
+    """The /v1/* ASGI endpoint, plus /health, /ready and /metrics."""
+
+    def __init__(
+        self, config: ConfigFile, client: httpx.AsyncClient, probe: LoadProbe, max_attempts: int
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.probe = probe
+        self.max_attempts = max_attempts
+        self.metrics = RouterMetrics()
+        self.chooser = TrackChooser()
+        self.in_flight: collections.Counter[str] = collections.Counter()
+        self._turns: collections.Counter[str] = collections.Counter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        received_at = time.perf_counter()
+        body = await request.body()
+        serve = asyncio.create_task(self._serve(request, body, received_at, send))
+        client_gone = asyncio.create_task(_wait_for_disconnect(receive))
+        try:
+            await asyncio.wait({serve, client_gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            client_gone.cancel()
+            serve.cancel()  # a no-op once it finished; otherwise the client left and the work stops
+            with contextlib.suppress(asyncio.CancelledError):
+                await serve
+
+    async def _serve(self, request: Request, body: bytes, received_at: float, send: Send) -> None:
+        request_id = request.headers.get(REQUEST_ID) or uuid.uuid4().hex
+        config = self.config.current
+        track = self.chooser.choose(config.routable_weights())
+        if track is None:
+            self.metrics.requests.labels(track="none", code="503").inc()
+            response = error_response(503, "no replica is ready to serve this model", request_id)
+            return await response(request.scope, request.receive, send)
+        headers = [
+            (k, v) for k, v in request.headers.items() if k not in HOP_BY_HOP | {"content-length", REQUEST_ID}
+        ]
+        headers.append((REQUEST_ID, request_id))
+        path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        try:
+            upstream, failures = await self._connect(
+                request.method, path, headers, body, self.attempt_order(config, track)
+            )
+        except asyncio.CancelledError:
+            self._record(track, "499", received_at)
+            raise
+        if upstream is None:
+            log.warning("request %s failed on every replica tried: %s", request_id, "; ".join(failures))
+            self._record(track, "502", received_at)
+            response = error_response(502, f"no replica answered: {'; '.join(failures)}", request_id, track)
+            return await response(request.scope, request.receive, send)
+        await self._relay(upstream, request_id, received_at, send)
+
+    @staticmethod
+    def attempt_order(config: RouterConfig, track: str) -> AttemptOrder:
+        """The chosen track, then the other routable tracks by descending weight, for retries."""
+        weights = config.routable_weights()
+        others = sorted((t for t in weights if t != track), key=lambda t: -weights[t])
+        return [(t, config.tracks[t].endpoints) for t in (track, *others)]
+
+    def next_endpoint(self, order: AttemptOrder, tried: set[str], rotation: int) -> tuple[str, str] | None:
+        for track, endpoints in order:
+            endpoint = pick_least_loaded(endpoints, self.probe.loads, self.in_flight, tried, rotation)
+            if endpoint is not None:
+                return track, endpoint
+        return None
+
+    async def _connect(
+        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, order: AttemptOrder
+    ) -> tuple[Upstream | None, list[str]]:
+        """Try replicas until one sends a first body chunk; (None, failures) when none did."""
+        tried: set[str] = set()
+        failures: list[str] = []
+        # Equally loaded replicas of a track take turns: one turn per request the track is chosen for.
+        rotation = self._turns[order[0][0]]
+        self._turns[order[0][0]] += 1
+        while len(tried) < self.max_attempts and (picked := self.next_endpoint(order, tried, rotation)):
+            track, endpoint = picked
+            tried.add(endpoint)
+            self.in_flight[endpoint] += 1
+            response: httpx.Response | None = None
+            committed = False
+            try:
+                request = self.client.build_request(method, endpoint + path, headers=headers, content=body)
+                response = await self.client.send(request, stream=True)
+                if (
+                    is_retryable(response.status_code)
+                    and len(tried) < self.max_attempts
+                    and self.next_endpoint(order, tried, rotation) is not None
+                ):
+                    failures.append(f"{endpoint}: HTTP {response.status_code}")
+                    continue
+                rest = response.aiter_raw()
+                first_chunk = await anext(rest, b"")
+                committed = True
+                return Upstream(track, endpoint, response, first_chunk, rest), failures
+            except httpx.TransportError as exc:
+                failures.append(f"{endpoint}: {exc!r}")
+            finally:
+                if not committed:
+                    if response is not None:
+                        await response.aclose()
+                    self._release(endpoint)
+        return None, failures
+
+    async def _relay(self, upstream: Upstream, request_id: str, received_at: float, send: Send) -> None:
+        response = upstream.response
+        headers = [
+            (k, v) for k, v in response.headers.raw if k.lower().decode() not in HOP_BY_HOP | {REQUEST_ID}
+        ]
+        headers += [
+            (REQUEST_ID.encode(), request_id.encode()),
+            (TRACK_HEADER.encode(), upstream.track.encode()),
+        ]
+        code, ttft, gaps = str(response.status_code), None, []
+        try:
+            await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+            last = time.perf_counter()
+            if upstream.first_chunk:
+                await send({"type": "http.response.body", "body": upstream.first_chunk, "more_body": True})
+                ttft = last - received_at
+            async for chunk in upstream.rest:
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx.TransportError as exc:
+            code = "502"
+            log.warning("request %s: %s cut the stream: %r", request_id, upstream.endpoint, exc)
+        except OSError:  # the client's connection broke under a send
+            code = "499"
+        except asyncio.CancelledError:  # the client went away while we waited on the backend
+            code = "499"
+            raise
+        finally:
+            await response.aclose()
+            self._release(upstream.endpoint)
+            if upstream.streamed:
+                self._record(upstream.track, code, received_at, ttft, gaps)
+            else:
+                self._record(upstream.track, code, received_at)
+
+    def _record(
+        self, track: str, code: str, received_at: float, ttft: float | None = None, gaps: Sequence[float] = ()
+    ) -> None:
+        self.metrics.requests.labels(track=track, code=code).inc()
+        self.metrics.e2e.labels(track=track).observe(time.perf_counter() - received_at)
+        if ttft is not None:
+            self.metrics.ttft.labels(track=track).observe(ttft)
+        itl = self.metrics.itl.labels(track=track)
+        for gap in gaps:
+            itl.observe(gap)
+
+    def _release(self, endpoint: str) -> None:
+        self.in_flight[endpoint] -= 1
+        if self.in_flight[endpoint] <= 0:
+            del self.in_flight[endpoint]  # pods come and go; keep no entry per pod IP ever seen
+
+    async def ready(self, request: Request) -> Response:
+        if self.config.current.routable_weights():
+            return PlainTextResponse("ready")
+        return PlainTextResponse("no track has endpoints", status_code=503)
+
+    async def health(self, request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def metrics_page(self, request: Request) -> Response:
+        return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def watch_config(self, poll_s: float) -> None:
+        while True:
+            await asyncio.sleep(poll_s)
+            self.config.reload_if_changed()
+
+
+def create_app(
+    config_path: Path,
+    *,
+    probe_interval_s: float = 1.0,
+    config_poll_s: float = 1.0,
+    max_attempts: int = 3,
+    connect_timeout_s: float = 2.0,
+) -> Starlette:
+    """The router app; raises ConfigError when the configuration file is missing or malformed."""
+    config = ConfigFile(config_path)
+    # No read timeout: a non-streamed completion sends nothing until the whole generation is done. No
+    # connection cap: every in-flight generation holds a connection for its whole length.
+    client = httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=connect_timeout_s, read=None, write=30.0, pool=None),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+        trust_env=False,  # an HTTP(S)_PROXY meant for egress must not catch pod-to-pod traffic
+    )
+    probe = LoadProbe(client, probe_interval_s)
+    router = Router(config, client, probe, max_attempts)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        tasks = [
+            asyncio.create_task(router.watch_config(config_poll_s)),
+            asyncio.create_task(probe.run(lambda: router.config.current.all_endpoints())),
+        ]
+        yield
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.aclose()
+
+    routes = [
+        Route("/health", router.health),
+        Route("/ready", router.ready),
+        Route("/metrics", router.metrics_page),
+        Route("/v1/{path:path}", router, methods=["GET", "POST"]),  # an ASGI endpoint: it streams
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

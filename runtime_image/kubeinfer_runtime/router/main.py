@@ -1,0 +1,61 @@
+"""`kubeinfer-runtime route`: run the router in front of an InferenceService's stable and canary replicas."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from kubeinfer_runtime.router.app import create_app
+from kubeinfer_runtime.router.config import ConfigError
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="kubeinfer-runtime route",
+        description="Split OpenAI-compatible traffic between tracks by weight, and within a track by load.",
+    )
+    parser.add_argument(
+        "--config", type=Path, required=True, help="JSON/YAML file with the tracks; re-read on change"
+    )
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument(
+        "--probe-interval", type=float, default=1.0, help="seconds between /metrics load probes"
+    )
+    parser.add_argument(
+        "--config-poll-interval", type=float, default=1.0, help="seconds between config checks"
+    )
+    parser.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before 502")
+    parser.add_argument("--connect-timeout", type=float, default=2.0, help="seconds to connect to a replica")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = parser.parse_args(argv)
+    if args.max_attempts < 1:
+        parser.error("--max-attempts: must be at least 1")
+    if args.probe_interval <= 0 or args.config_poll_interval <= 0:
+        parser.error("--probe-interval and --config-poll-interval: must be positive")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        app = create_app(
+            args.config,
+            probe_interval_s=args.probe_interval,
+            config_poll_s=args.config_poll_interval,
+            max_attempts=args.max_attempts,
+            connect_timeout_s=args.connect_timeout,
+        )
+    except ConfigError as exc:
+        print(f"kubeinfer-runtime route: {exc}", file=sys.stderr)
+        return 2
+    # On SIGTERM uvicorn stops accepting and lets in-flight streams finish (the pod's grace period bounds it).
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    return 0

@@ -1,0 +1,1 @@
+"""The runtime's OpenAI-compatible HTTP server around the engine (`kubeinfer-runtime serve`)."""

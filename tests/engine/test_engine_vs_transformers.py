@@ -1,0 +1,114 @@
+"""The engine against `transformers` on the same weights: greedy tokens and prefill logits."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from engine_helpers import assert_all_blocks_free, random_prompts
+from transformers import AutoModelForCausalLM
+
+from kubeinfer_runtime.engine.llm_engine import LLMEngine
+from kubeinfer_runtime.engine.types import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+PRESETS = ["llama-mha", "llama-gqa", "llama-tied", "qwen2-bias", "llama3-rope"]
+# 16 prompts around the block size (16) and its multiples, plus a few long ones.
+LENGTHS = [1, 2, 3, 5, 8, 15, 16, 17, 31, 32, 33, 47, 64, 100, 130, 200]
+MAX_TOKENS = 10
+GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
+PROMPTS = random_prompts(LENGTHS, seed=3, shared_prefix=64)
+
+
+class Reference:
+    """transformers' greedy continuations and last-position prompt logits, one preset at a time.
+
+    A plain argmax loop over the model's forward (no KV cache): `generate` would add nothing to
+    the comparison but seconds of overhead, and min_new_tokens would suppress EOS where the
+    engine's ignore_eos only keeps going.
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        self.tokens: list[list[int]] = []
+        self.last_logits: list[torch.Tensor] = []
+        with torch.inference_mode():
+            for prompt in PROMPTS:
+                ids = list(prompt)
+                for _ in range(MAX_TOKENS):
+                    logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
+                    if len(ids) == len(prompt):
+                        self.last_logits.append(logits)
+                    ids.append(int(logits.argmax()))
+                self.tokens.append(ids[len(prompt) :])
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir: Callable[[str], Path]) -> Callable[[str], Reference]:
+    made: dict[str, Reference] = {}
+
+    def get(preset: str) -> Reference:
+        if preset not in made:
+            made[preset] = Reference(tiny_model_dir(preset))
+        return made[preset]
+
+    return get
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_greedy_tokens_match_transformers(
+    preset: str, tiny_model_dir: Callable[[str], Path], reference: Callable[[str], Reference]
+) -> None:
+    engine = LLMEngine.from_model_dir(tiny_model_dir(preset), kv_cache_tokens=4096)
+    assert engine.generate(PROMPTS, GREEDY) == reference(preset).tokens
+    assert_all_blocks_free(engine)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_prefill_logits_match_transformers(
+    preset: str, tiny_model_dir: Callable[[str], Path], reference: Callable[[str], Reference]
+) -> None:
+    engine = LLMEngine.from_model_dir(tiny_model_dir(preset), kv_cache_tokens=4096)
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(str(i), prompt, GREEDY)
+    scheduled = engine.scheduler.schedule(now=0.0)
+    assert len(scheduled.seqs) == len(PROMPTS)  # one batched prefill of every prompt
+    seqs, logits = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+    assert len(seqs) == len(PROMPTS)
+    for seq, row in zip(seqs, logits, strict=True):
+        expected = reference(preset).last_logits[int(seq.request_id)]
+        torch.testing.assert_close(row, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expect"),
+    [
+        ({"enable_prefix_caching": False}, "no_hits"),
+        ({}, "hits"),
+        ({"max_num_batched_tokens": 24}, "chunked"),
+        ({"kv_cache_tokens": 256, "max_model_len": 256}, "preempted"),
+        ({"kv_cache_tokens": 256, "max_model_len": 256, "max_num_batched_tokens": 20,
+          "scheduling_policy": "priority"}, "preempted"),
+    ],
+    ids=["no-prefix-cache", "prefix-cache", "chunked-prefill", "preemption", "preemption-chunked-priority"],
+)
+def test_scheduling_settings_never_change_greedy_tokens(
+    settings: dict[str, object], expect: str, gqa_dir: Path, reference: Callable[[str], Reference]
+) -> None:
+    engine = LLMEngine.from_model_dir(gqa_dir, **{"kv_cache_tokens": 4096, **settings})
+    expected = reference("llama-gqa").tokens
+    # Twice: the second round finds the first one's blocks in the prefix cache.
+    assert engine.generate(PROMPTS, GREEDY) == expected
+    assert engine.generate(PROMPTS, GREEDY) == expected
+    stats = engine.stats()
+    if expect == "no_hits":
+        assert stats.prefix_cache_hits_total == 0
+    else:
+        assert stats.prefix_cache_hits_total > 0
+    if expect == "preempted":
+        assert stats.preemptions_total > 0
+    assert stats.prefix_cache_queries_total == 2 * sum(LENGTHS)
+    assert_all_blocks_free(engine)

@@ -1,0 +1,43 @@
+"""Operator settings from the environment the chart sets."""
+
+from __future__ import annotations
+
+import pytest
+from kubeinfer_operator.settings import load_settings
+
+
+def test_chart_environment_is_read() -> None:
+    settings = load_settings(
+        {
+            "KUBEINFER_NAMESPACES": "llm, team-a",
+            "KUBEINFER_PROMETHEUS_URL": "http://prom:9090",
+            "KUBEINFER_LOG_LEVEL": "debug",
+            "KUBEINFER_LEADER_ELECTION": "false",
+            "POD_NAMESPACE": "kubeinfer-system",
+            "POD_NAME": "kubeinfer-operator-abc",
+        }
+    )
+    assert settings.namespaces == ("llm", "team-a")
+    assert settings.prometheus_url == "http://prom:9090"
+    assert settings.log_level == "DEBUG"
+    assert settings.leader_election is False
+    assert settings.lease_namespace == "kubeinfer-system"
+    assert settings.identity.startswith("kubeinfer-operator-abc_")
+
+
+def test_two_processes_of_one_pod_never_share_an_identity() -> None:
+    env = {"POD_NAME": "same"}
+    assert load_settings(env).identity != load_settings(env).identity
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"KUBEINFER_LOG_LEVEL": "loud"}, "KUBEINFER_LOG_LEVEL"),
+        ({"KUBEINFER_LEADER_ELECTION": "maybe"}, "KUBEINFER_LEADER_ELECTION"),
+        ({"KUBEINFER_RESYNC_SECONDS": "0"}, "KUBEINFER_RESYNC_SECONDS"),
+    ],
+)
+def test_bad_values_name_their_variable(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        load_settings(env)

@@ -1,0 +1,151 @@
+"""Canary verdicts, the PromQL behind them, capacity hand-off and the traffic objects."""
+
+from __future__ import annotations
+
+import pytest
+from kubeinfer_operator.rollout.analysis import (
+    LatencyObjective,
+    Outcome,
+    SLOTargets,
+    TrackMeasurement,
+    analyse,
+)
+from kubeinfer_operator.rollout.capacity import Replicas, hand_off, step_target
+from kubeinfer_operator.rollout.queries import measurement, track_queries
+from kubeinfer_operator.rollout.traffic import http_route, router_config
+from kubeinfer_runtime.router.config import parse_config
+
+SLO = SLOTargets(
+    latency=(LatencyObjective("ttft", 0.95, 0.5), LatencyObjective("tpot", 0.95, 0.06)),
+    error_rate=0.01,
+)
+
+
+def track(requests: float = 500, errors: float = 0, ttft: float | None = 0.2, tpot: float | None = 0.03):
+    return TrackMeasurement(requests, errors, {"ttft_p95": ttft, "tpot_p95": tpot})
+
+
+def test_below_min_requests_is_inconclusive_not_pass() -> None:
+    verdict = analyse(track(requests=49, ttft=0.1), track(), SLO, min_requests=50)
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert "49 requests" in verdict.message and "minRequests 50" in verdict.message
+
+
+def test_canary_as_good_as_stable_passes() -> None:
+    verdict = analyse(track(ttft=0.21), track(ttft=0.2), SLO, min_requests=50)
+    assert verdict.outcome is Outcome.PASS
+    assert "ttft_p95 210ms (stable 200ms)" in verdict.message
+
+
+def test_breaking_the_slo_fails_naming_metric_and_values() -> None:
+    verdict = analyse(track(ttft=0.9), track(ttft=0.2), SLO, min_requests=50)
+    assert (verdict.outcome, verdict.metric, verdict.canary, verdict.reference) == (
+        Outcome.FAIL,
+        "ttft_p95",
+        0.9,
+        0.5,
+    )
+    assert "canary 900ms, stable 200ms, SLO 500ms" in verdict.message
+
+
+def test_error_rate_over_target_fails() -> None:
+    verdict = analyse(track(errors=25), track(errors=1), SLO, min_requests=50)
+    assert (verdict.outcome, verdict.metric) == (Outcome.FAIL, "error_rate")
+    assert "canary 5.00%" in verdict.message and "SLO 1.00%" in verdict.message
+
+
+def test_regression_within_the_slo_fails_once_it_uses_half_the_budget() -> None:
+    regressed = analyse(track(ttft=0.4), track(ttft=0.2), SLO, min_requests=50)
+    assert (regressed.outcome, regressed.metric, regressed.reference) == (Outcome.FAIL, "ttft_p95", 0.2)
+    assert "1.5x stable" in regressed.message
+    # 3x slower but only 60 ms out of a 500 ms budget: noise, not a regression.
+    assert analyse(track(ttft=0.06), track(ttft=0.02), SLO, min_requests=50).outcome is Outcome.PASS
+
+
+def test_both_tracks_breaking_the_slo_blames_the_canary_only_if_much_worse() -> None:
+    shared = analyse(track(ttft=0.8), track(ttft=0.7), SLO, min_requests=50)
+    assert shared.outcome is Outcome.INCONCLUSIVE and "stable breaks the SLO too" in shared.message
+    assert analyse(track(ttft=1.5), track(ttft=0.7), SLO, min_requests=50).outcome is Outcome.FAIL
+
+
+def test_stable_with_too_few_requests_leaves_only_the_slo_gate() -> None:
+    assert analyse(track(ttft=0.4), track(requests=3, ttft=0.1), SLO, min_requests=50).outcome is Outcome.PASS
+    assert analyse(track(ttft=0.6), track(requests=3, ttft=0.1), SLO, min_requests=50).outcome is Outcome.FAIL
+
+
+def test_missing_canary_samples_are_inconclusive_and_fail_still_wins() -> None:
+    missing = analyse(track(tpot=None), track(), SLO, min_requests=50)
+    assert (missing.outcome, missing.metric) == (Outcome.INCONCLUSIVE, "tpot_p95")
+    assert analyse(track(ttft=0.9, tpot=None), track(), SLO, min_requests=50).outcome is Outcome.FAIL
+
+
+def test_zero_min_requests_and_no_traffic_passes() -> None:
+    assert analyse(track(requests=0), track(), SLO, min_requests=0).outcome is Outcome.PASS
+
+
+def test_track_queries_split_by_track_over_the_same_window() -> None:
+    queries = track_queries("prod", "chat", "canary", 300.4, SLO)
+    selector = 'namespace="prod",inferenceservice="chat",track="canary"'
+    assert queries == {
+        "requests": f"sum(increase(kubeinfer_router_requests_total{{{selector}}}[300s]))",
+        "errors": f'sum(increase(kubeinfer_router_requests_total{{{selector},code=~"5..|429"}}[300s]))',
+        "ttft_p95": "histogram_quantile(0.95, sum by (le) "
+        f"(increase(kubeinfer_router_time_to_first_token_seconds_bucket{{{selector}}}[300s])))",
+        "tpot_p95": "histogram_quantile(0.95, sum by (le) "
+        f"(increase(kubeinfer_time_per_output_token_seconds_bucket{{{selector}}}[300s])))",
+    }
+    stable = track_queries("prod", "chat", "stable", 300.4, SLO)
+    assert stable["requests"] == queries["requests"].replace('track="canary"', 'track="stable"')
+
+
+def test_measurement_treats_nan_and_missing_as_no_data() -> None:
+    m = measurement({"requests": 120.0, "errors": None, "ttft_p95": float("nan"), "tpot_p95": 0.04}, SLO)
+    assert (m.requests, m.errors, m.error_rate) == (120.0, 0.0, 0.0)
+    assert dict(m.latency) == {"ttft_p95": None, "tpot_p95": 0.04}
+    assert measurement({}, SLO).error_rate is None
+
+
+@pytest.mark.parametrize(
+    ("weight", "desired", "surge", "expected"),
+    [
+        (10, 4, 1, Replicas(4, 1)),
+        (50, 4, 1, Replicas(3, 2)),
+        (50, 4, 2, Replicas(4, 2)),
+        (100, 4, 1, Replicas(1, 4)),
+        (10, 1, 1, Replicas(1, 1)),
+        (10, 1, 0, Replicas(0, 1)),
+    ],
+)
+def test_step_target_keeps_as_much_stable_as_the_budget_allows(
+    weight: int, desired: int, surge: int, expected: Replicas
+) -> None:
+    assert step_target(weight, desired, surge) == expected
+
+
+def test_hand_off_moves_only_as_canaries_become_ready() -> None:
+    target = Replicas(stable=0, canary=4)
+    assert hand_off(4, 1, target, Replicas(4, 0), canary_ready=0) == Replicas(4, 1)
+    assert hand_off(4, 1, target, Replicas(4, 1), canary_ready=0) == Replicas(4, 1), "wait for the load"
+    assert hand_off(4, 1, target, Replicas(4, 1), canary_ready=1) == Replicas(3, 2)
+    assert hand_off(4, 1, target, Replicas(1, 4), canary_ready=4) == Replicas(0, 4)
+    # No surge at all: stable gives up one slot so the canary can start.
+    assert hand_off(2, 0, Replicas(1, 1), Replicas(2, 0), canary_ready=0) == Replicas(1, 1)
+    # Rollback: canary gone, stable back to full size at once.
+    assert hand_off(4, 1, Replicas(4, 0), Replicas(2, 3), canary_ready=3) == Replicas(4, 0)
+
+
+def test_router_config_is_what_the_router_accepts() -> None:
+    doc = router_config(10, ["http://10.0.0.2:8000", "http://10.0.0.1:8000"], [])
+    assert doc["tracks"]["stable"]["endpoints"] == ["http://10.0.0.1:8000", "http://10.0.0.2:8000"]
+    assert parse_config(doc).routable_weights() == {"stable": 90}
+
+
+def test_http_route_carries_the_weights() -> None:
+    route = http_route("chat", "prod", "inference-gw", 8000, "chat-stable", "chat-canary", 25)
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1" and route["kind"] == "HTTPRoute"
+    backends = route["spec"]["rules"][0]["backendRefs"]
+    assert [(b["name"], b["weight"]) for b in backends] == [("chat-stable", 75), ("chat-canary", 25)]
+    assert (
+        len(http_route("chat", "prod", "gw", 8000, "chat-stable", None, 0)["spec"]["rules"][0]["backendRefs"])
+        == 1
+    )
