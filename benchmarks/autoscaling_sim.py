@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # the sim package next to this s
 
 from kubeinfer_operator.autoscaling import ScalingConfig, Targets  # noqa: E402
 from sim.cluster import Cluster, Result, ServerModel  # noqa: E402
-from sim.policies import ConcurrencyTarget, Oracle, Ours, WaitingThreshold  # noqa: E402
+from sim.policies import ConcurrencyTarget, Fixed, Oracle, Ours, Policy, WaitingThreshold  # noqa: E402
 from sim.workload import TRACES, Shape, load_profile, make_requests  # noqa: E402
 
 ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
@@ -42,65 +42,86 @@ class Row:
     scale_events: int
 
 
-def our_config(args: argparse.Namespace) -> ScalingConfig:
-    # Queue time and the oldest wait get a quarter and half of the TTFT budget: prefill needs the rest.
-    targets = Targets(
-        queue_time_p95_s=args.ttft_slo / 4,
-        oldest_wait_s=args.ttft_slo / 2,
-        kv_usage=args.kv_target,
-        waiting_per_replica=2,
-    )
-    return ScalingConfig(min_replicas=1, max_replicas=args.max_replicas, targets=targets, scale_up_window_s=args.up_window)
+@dataclass(frozen=True)
+class Calibration:
+    """Per-replica in-flight requests and KV use in a steady load test at the target utilization: how an
+    operator picks a concurrency target (Knative) or a KV target (ours), so both aim at the same headroom."""
+
+    utilization: float
+    in_flight: float
+    kv_usage: float
+
+    @classmethod
+    def measure(cls, model: ServerModel, shape: Shape, replica_rps: float, utilization: float) -> Calibration:
+        replicas, duration = 8, 900
+        rng = np.random.default_rng(12345)
+        requests = make_requests(np.full(duration, replicas * utilization), replica_rps, shape, rng)
+        cluster = Cluster(model, requests, max_replicas=replicas)
+        probe = Fixed(replicas)
+        cluster.run(probe, replicas, duration)
+        kv = [s.kv_usage for s in cluster.scrapes if probe.after_s < s.time < duration]
+        return cls(utilization, float(np.mean(probe.in_flight)), float(np.mean(kv)))
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: ServerModel
+    shape: Shape
+    replica_rps: float  # requests/s one replica serves at full batch
+    calibration: Calibration
+    ttft_slo_s: float
+    goal: float
+    max_replicas: int
+    waiting_threshold: float
+    dt: float
+
+    def our_config(self) -> ScalingConfig:
+        # Queue time and the oldest wait get a quarter and a half of the TTFT budget; prefill needs the rest.
+        targets = Targets(
+            queue_time_p95_s=self.ttft_slo_s / 4,
+            oldest_wait_s=self.ttft_slo_s / 2,
+            kv_usage=self.calibration.kv_usage,
+            waiting_per_replica=2,
+        )
+        return ScalingConfig(min_replicas=1, max_replicas=self.max_replicas, targets=targets)
 
 
 def simulate_trace(
-    trace: str, args: argparse.Namespace, model: ServerModel, progress: tqdm
+    trace: str, setup: Setup, seed: int, duration: float | None, progress: tqdm
 ) -> tuple[list[Row], dict[str, Result], np.ndarray]:
-    rng = np.random.default_rng(args.seed)
-    shape = Shape()
-    prompt, output = shape.draw(200_000, rng)
-    replica_rps = 1 / float(model.work_s(prompt, output).mean())
-    load = load_profile(trace, rng, args.duration)
-    requests = make_requests(load, replica_rps, shape, rng)
-    duration = float(len(load))
+    rng = np.random.default_rng(seed)
+    load = load_profile(trace, rng, duration)
+    requests = make_requests(load, setup.replica_rps, setup.shape, rng)
+    seconds = float(len(load))
 
-    def run(policy: object, initial: int) -> Result:
-        cluster = Cluster(model, requests, max_replicas=args.max_replicas, dt=args.dt)
-        result = cluster.run(policy, initial, duration)  # type: ignore[arg-type]
+    def run(policy: Policy, initial: int) -> Result:
+        cluster = Cluster(setup.model, requests, max_replicas=setup.max_replicas, dt=setup.dt)
+        result = cluster.run(policy, initial, seconds)
         progress.update()
         return result
 
     # The oracle: the highest utilization (cheapest plan) that still meets the attainment goal.
-    oracle = None
-    for u in ORACLE_UTILIZATIONS:
-        plan = Oracle.build(requests, model, duration, u, min_replicas=1)
+    oracle: Result | None = None
+    for tried, u in enumerate(ORACLE_UTILIZATIONS, 1):
+        plan = Oracle.build(requests, setup.model, seconds, u, min_replicas=1)
         result = run(plan, plan.initial())
-        if oracle is None or result.attainment(args.ttft_slo) > oracle.attainment(args.ttft_slo):
+        if oracle is None or result.attainment(setup.ttft_slo_s) > oracle.attainment(setup.ttft_slo_s):
             oracle = result
-        if result.attainment(args.ttft_slo) >= args.goal:
+        if result.attainment(setup.ttft_slo_s) >= setup.goal:
             oracle = result
             break
-    progress.update(len(ORACLE_UTILIZATIONS) - ORACLE_UTILIZATIONS.index(u) - 1)
+    progress.update(len(ORACLE_UTILIZATIONS) - tried)
     assert oracle is not None
 
-    initial = math.ceil(load[:60].mean() / 0.8)
+    initial = math.ceil(load[:60].mean() / setup.calibration.utilization)
     results = {
-        "ours": run(Ours(our_config(args)), initial),
-        "concurrency": run(
-            ConcurrencyTarget(0.7 * model.max_batch, 1, args.max_replicas), initial
-        ),
-        "waiting": run(WaitingThreshold(args.waiting_threshold, 1, args.max_replicas), initial),
+        "ours": run(Ours(setup.our_config()), initial),
+        "concurrency": run(ConcurrencyTarget(setup.calibration.in_flight, 1, setup.max_replicas), initial),
+        "waiting": run(WaitingThreshold(setup.waiting_threshold, 1, setup.max_replicas), initial),
         "oracle": oracle,
     }
     rows = [
-        Row(
-            trace,
-            name,
-            r.attainment(args.ttft_slo),
-            r.replica_s,
-            r.replica_s / oracle.replica_s,
-            r.scale_events,
-        )
+        Row(trace, name, r.attainment(setup.ttft_slo_s), r.replica_s, r.replica_s / oracle.replica_s, r.scale_events)
         for name, r in results.items()
     ]
     return rows, results, load
@@ -130,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ttft-slo", type=float, default=1.0, help="TTFT target, seconds")
     p.add_argument("--goal", type=float, default=0.99, help="attainment the oracle must reach")
+    p.add_argument(
+        "--utilization", type=float, default=0.85, help="steady utilization ours and the concurrency target aim at"
+    )
     p.add_argument("--max-replicas", type=int, default=40)
     p.add_argument("--waiting-threshold", type=float, default=5, help="KEDA baseline: waiting per replica")
     p.add_argument("--load-delay", type=float, default=60, help="seconds for a new replica to load the model")
@@ -138,9 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill-tok-s", type=float, default=2400)
     p.add_argument("--max-batch", type=int, default=16, help="maxNumSeqs")
     p.add_argument("--dt", type=float, default=0.1, help="simulation tick, seconds")
-    p.add_argument("--kv-target", type=float, default=0.45)
-    p.add_argument("--up-window", type=float, default=0)
-    p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--json", type=Path, help="write the settings and rows here")
     p.add_argument("--plot-dir", type=Path, help="write one PNG per trace here")
     args = p.parse_args(argv)
     traces = args.traces.split(",")
@@ -156,16 +178,28 @@ def main(argv: list[str] | None = None) -> int:
         kv_capacity_tokens=args.max_batch * (shape.prompt_mean + shape.output_mean),
         load_delay_s=args.load_delay,
     )
+    prompt, output = shape.draw(200_000, np.random.default_rng(args.seed))
+    replica_rps = 1 / float(model.work_s(prompt, output).mean())
+    calibration = Calibration.measure(model, shape, replica_rps, args.utilization)
+    setup = Setup(
+        model, shape, replica_rps, calibration, args.ttft_slo, args.goal, args.max_replicas, args.waiting_threshold,
+        args.dt,
+    )
     rows: list[Row] = []
     with tqdm(total=len(traces) * (3 + len(ORACLE_UTILIZATIONS)), desc="simulating", unit="run") as progress:
         for trace in traces:
-            trace_rows, results, load = simulate_trace(trace, args, model, progress)
+            trace_rows, results, load = simulate_trace(trace, setup, args.seed, args.duration, progress)
             rows += trace_rows
             if args.plot_dir:
                 args.plot_dir.mkdir(parents=True, exist_ok=True)
                 plot(trace, load, results, args.plot_dir / f"autoscaling-{trace}.png")
 
     print(f"\nTTFT target {args.ttft_slo:g} s, model load {args.load_delay:g} s, maxNumSeqs {args.max_batch}")
+    print(
+        f"a replica serves {replica_rps:.2f} req/s at full batch; at {args.utilization:.0%} of that it holds "
+        f"{calibration.in_flight:.1f} requests in flight (the concurrency target) and {calibration.kv_usage:.2f} "
+        "KV use (our KV target)"
+    )
     print(f"{'trace':<9}{'policy':<13}{'attainment':>11}{'replica-s':>11}{'vs oracle':>10}{'scalings':>9}")
     for r in rows:
         print(
@@ -173,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{r.vs_oracle:>10.2f}{r.scale_events:>9}"
         )
     if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json), "plot_dir": str(args.plot_dir)},
-                                         "rows": [asdict(r) for r in rows]}, indent=2))
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+        report = {"settings": settings, "calibration": asdict(calibration), "rows": [asdict(r) for r in rows]}
+        args.json.write_text(json.dumps(report, indent=2))
     return 0
 
 

@@ -47,19 +47,23 @@ def ensure_tiny_model(directory: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
-def helm_install(cluster: Any, values: dict[str, Any]) -> None:
+def helm_install(
+    cluster: Any, values: dict[str, Any], release: str = RELEASE, namespace: str = OPERATOR_NAMESPACE
+) -> None:
     """Install (or upgrade) the chart and wait for the operator Deployment to be available."""
     sets = [f"--set-json={key}={json.dumps(value)}" for key, value in values.items()]
-    subprocess.run(
+    installed = subprocess.run(
         [
-            cluster.helm_path, "upgrade", "--install", RELEASE, str(CHART),
-            f"--kubeconfig={cluster.kubeconfig}", f"--namespace={OPERATOR_NAMESPACE}", "--create-namespace",
+            cluster.helm_path, "upgrade", "--install", release, str(CHART),
+            f"--kubeconfig={cluster.kubeconfig}", f"--namespace={namespace}", "--create-namespace",
             "--wait", "--timeout=3m", *sets,
         ],
-        check=True,
         capture_output=True,
         text=True,
+        check=False,
     )  # fmt: skip
+    if installed.returncode != 0:
+        raise RuntimeError(f"helm install {release} failed:\n{installed.stderr}")
 
 
 def endpoint_addresses(cluster: Any, namespace: str, service: str) -> list[str]:

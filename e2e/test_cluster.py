@@ -33,7 +33,8 @@ HTTP_SERVER = textwrap.dedent("""
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             body = (b"demo_up 1\\n" if self.path == "/metrics" else os.environ["POD_NAME"].encode())
-            self.send_response(200); self.end_headers(); self.wfile.write(body)
+            self.send_response(200); self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers(); self.wfile.write(body)
         def log_message(self, *a): pass
     http.server.ThreadingHTTPServer(("", 8000), H).serve_forever()
 """)
@@ -63,6 +64,8 @@ def http_get(
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
+    except OSError as exc:  # refused or unreachable: not serving (yet)
+        return 0, str(exc)
 
 
 def server_pod_spec(extra: Obj | None = None) -> Obj:

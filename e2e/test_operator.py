@@ -14,8 +14,6 @@ import pytest
 import yaml
 from demo import (
     CHART,
-    OPERATOR_NAMESPACE,
-    RELEASE,
     TINY_EXAMPLE,
     chat,
     endpoint_addresses,
@@ -27,9 +25,14 @@ from demo import (
 
 pytestmark = pytest.mark.cluster
 
+# A release of its own, serving only its own namespace: it neither disturbs nor depends on a
+# `make demo` release that may be running in the same cluster, and it exercises the chart's
+# namespaced RBAC (RoleBindings instead of a ClusterRoleBinding).
+RELEASE = "kubeinfer-e2e"
+OPERATOR_NAMESPACE = "kubeinfer-e2e"
+OPERATOR_NAME = f"{RELEASE}-operator"  # Deployment, ServiceAccount and Lease
 NAMESPACE = "op-e2e"
 ISVC_LABEL = "serving.kubeinfer.dev/inferenceservice"
-LEASE = "kubeinfer-operator"
 RESYNC_SECONDS = 3
 
 
@@ -57,7 +60,9 @@ def condition(isvc: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def leader_pod(cluster: Any) -> str:
-    holder = get(cluster, "lease", LEASE, "-n", OPERATOR_NAMESPACE)["spec"].get("holderIdentity") or ""
+    holder = (
+        get(cluster, "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE)["spec"].get("holderIdentity") or ""
+    )
     return holder.rsplit("_", 1)[0]
 
 
@@ -85,6 +90,13 @@ def apply(cluster: Any, obj: dict[str, Any]) -> None:
 @pytest.fixture(scope="module")
 def operator(cluster: Any) -> Iterator[Any]:
     ensure_tiny_model(tiny_model_dir())
+    # A namespace left terminating by an earlier session cannot take new objects: wait it out.
+    wait_for(
+        f"namespace {NAMESPACE} from an earlier run to go",
+        lambda: cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0,
+        timeout=120,
+    )
+    cluster.kubectl("create", "namespace", NAMESPACE)
     helm_install(
         cluster,
         {
@@ -92,23 +104,28 @@ def operator(cluster: Any) -> Iterator[Any]:
             "prometheusUrl": cluster.prometheus_url,
             "logLevel": "DEBUG",
             "resyncSeconds": RESYNC_SECONDS,
+            "watchNamespaces": [NAMESPACE],
         },
+        release=RELEASE,
+        namespace=OPERATOR_NAMESPACE,
     )
-    cluster.kubectl("create", "namespace", NAMESPACE, check=False)
 
-    def elected() -> str:
-        lease = cluster.kubectl("get", "lease", LEASE, "-n", OPERATOR_NAMESPACE, check=False)
-        return leader_pod(cluster) if lease.returncode == 0 else ""
+    def elected() -> bool:
+        lease = cluster.kubectl("get", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
+        pods = get(cluster, "pods", "-n", OPERATOR_NAMESPACE, "-l", f"app.kubernetes.io/instance={RELEASE}")
+        return lease.returncode == 0 and leader_pod(cluster) in {p["metadata"]["name"] for p in pods["items"]}
 
-    wait_for("an elected operator", elected)
+    # A Lease left by an earlier session (its holder gone) expires within its 15 s duration.
+    wait_for("one of the operator pods to be elected", elected, timeout=60)
     yield cluster
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-    # Other test modules share the cluster and may run an operator of their own.
     subprocess.run(
         [cluster.helm_path, "uninstall", RELEASE, f"--kubeconfig={cluster.kubeconfig}",
          f"--namespace={OPERATOR_NAMESPACE}", "--wait"],
         check=False, capture_output=True,
     )  # fmt: skip
+    # The operator's Lease is its own, not the chart's: it outlives an uninstall.
+    cluster.kubectl("delete", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -119,11 +136,13 @@ def tiny(operator: Any) -> dict[str, Any]:
 
 
 def test_operator_runs_as_the_charts_pods_with_its_service_account(operator: Any) -> None:
-    pods = get(operator, "pods", "-n", OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/name=kubeinfer-operator")[
-        "items"
-    ]
+    selector = f"app.kubernetes.io/instance={RELEASE}"
+    pods = get(operator, "pods", "-n", OPERATOR_NAMESPACE, "-l", selector)["items"]
     assert len(pods) == 2
-    assert {p["spec"]["serviceAccountName"] for p in pods} == {"kubeinfer-operator"}
+    assert {p["spec"]["serviceAccountName"] for p in pods} == {OPERATOR_NAME}
+    # the permissions come from a RoleBinding in the served namespace, not cluster-wide
+    binding = get(operator, "rolebinding", OPERATOR_NAME, "-n", NAMESPACE)
+    assert binding["subjects"][0]["name"] == OPERATOR_NAME
     assert {p["status"]["phase"] for p in pods} == {"Running"}
     assert leader_pod(operator) in {p["metadata"]["name"] for p in pods}
     helm = [operator.helm_path, "lint", "--strict", str(CHART)]
@@ -134,6 +153,10 @@ def test_operator_runs_as_the_charts_pods_with_its_service_account(operator: Any
 def test_tiny_example_becomes_ready_and_answers(operator: Any, tiny: dict[str, Any]) -> None:
     status = tiny["status"]
     assert condition(tiny, "Ready")["status"] == "True"
+    # GitOps-safe: the operator wrote status and nothing else, and holds no finalizer
+    assert not tiny["metadata"].get("finalizers")
+    ours = [m for m in tiny["metadata"]["managedFields"] if m["manager"] == "kubeinfer-operator"]
+    assert ours and {m.get("subresource") for m in ours} == {"status"}
     assert status["observedGeneration"] == tiny["metadata"]["generation"]
     assert status["readyReplicas"] == 1 and status["desiredReplicas"] == 1
     assert status["url"] == f"http://tiny.{NAMESPACE}.svc.cluster.local"
@@ -257,6 +280,21 @@ def test_more_gpus_than_any_node_has_is_explained(operator: Any) -> None:
     ]
     assert any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events)
     operator.kubectl("delete", "infsvc", "greedy", "-n", NAMESPACE)
+
+
+def test_a_crashing_runtime_is_explained(operator: Any) -> None:
+    apply(operator, manifest("broken", runtime__faults={"failLoad": True}))
+
+    def explained() -> dict[str, Any]:
+        ready = condition(get(operator, "infsvc", "broken", "-n", NAMESPACE), "Ready")
+        return ready if ready.get("reason") == "CrashLoop" else {}
+
+    ready = wait_for("the CrashLoop condition", explained, timeout=90)
+    assert ready["status"] == "False"
+    assert "keeps exiting" in ready["message"] and f"kubectl logs -n {NAMESPACE} broken-" in ready["message"]
+    degraded = condition(get(operator, "infsvc", "broken", "-n", NAMESPACE), "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "CrashLoop")
+    operator.kubectl("delete", "infsvc", "broken", "-n", NAMESPACE)
 
 
 def test_the_standby_takes_over_when_the_leader_dies(operator: Any, tiny: dict[str, Any]) -> None:

@@ -127,9 +127,9 @@ class Cluster:
             self.status[new] = STARTING
             self.ready_at[new] = self.t + self.model.load_delay_s
         elif n < len(active):
-            # As a ReplicaSet does: not-ready pods go first, then the ready ones with the least work.
+            # As a ReplicaSet does: not-ready pods go first, newest first; then the ready ones with least work.
             running = np.bincount(self.run_rep, minlength=len(self.status))[active]
-            order = np.lexsort((running, self.status[active] == READY))
+            order = np.lexsort((-self.ready_at[active], running, self.status[active] == READY))
             self.status[active[order[: len(active) - n]]] = DRAINING
 
     def run(self, policy: Policy, initial: int, until: float, warmup_s: float = 60, tail_s: float = 120) -> Result:

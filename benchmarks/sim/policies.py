@@ -10,7 +10,7 @@ import numpy as np
 
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
-from sim.cluster import Cluster, ServerModel
+from sim.cluster import Cluster, Policy, ServerModel
 from sim.workload import Requests
 
 
@@ -25,6 +25,24 @@ class Every:
             return False
         self.next_s += self.interval_s
         return True
+
+
+@dataclass
+class Fixed:
+    """No autoscaling: a steady load test, recording in-flight requests per replica each second."""
+
+    replicas: int
+    after_s: float = 120  # past the start-up transient
+    name: str = "fixed"
+    in_flight: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sampler = Every(1.0, first_s=self.after_s)
+
+    def update(self, t: float, cluster: Cluster) -> int | None:
+        if self.sampler.due(t):
+            self.in_flight.append(cluster.in_flight / self.replicas)
+        return None
 
 
 @dataclass
@@ -173,5 +191,5 @@ class Oracle:
             return None
         k = int(t // self.bucket_s)
         # What is needed from the previous bucket (its requests still run) to one load delay from now.
-        horizon = self.plan[max(k - 1, 0) : k + int(math.ceil(self.load_delay_s / self.bucket_s)) + 1]
-        return int(horizon.max())
+        ahead = int(math.ceil(self.load_delay_s / self.bucket_s))
+        return int(self.plan[max(k - 1, 0) : k + ahead + 1].max())

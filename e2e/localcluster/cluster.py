@@ -94,6 +94,10 @@ def apiserver_ready(state: Obj) -> bool:
         return False
 
 
+def _running(state: Obj) -> bool:
+    return all(procs.alive(d) for name, d in daemons(state).items() if name != "watchdog")
+
+
 def is_up(cfg: ClusterConfig) -> bool:
     state = read_state(cfg)
     return bool(state and state.get("ready")) and apiserver_ready(state)  # type: ignore[arg-type]
@@ -154,7 +158,9 @@ def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int
     cfg = cfg or load_config()
     with locked(cfg):
         state = read_state(cfg)
-        if state and state.get("ready") and apiserver_ready(state):
+        if state and state.get("ready") and _running(state):
+            # a loaded machine can keep /readyz waiting: a cluster whose processes all live is not torn down
+            procs.wait_until("the running cluster's apiserver", lambda: apiserver_ready(state), 120)
             if started_by == "cli" and state["started_by"] != "cli":
                 state["started_by"] = "cli"  # someone asked for it explicitly: no session takes it down now
                 write_state(cfg, state)
@@ -414,12 +420,12 @@ def _down(cfg: ClusterConfig, keep_watchdog: bool = False) -> None:
     if proxy.exists():
         subprocess.run(components.kube_proxy_cleanup(proxy.parent), capture_output=True, check=False)
         network.remove_chain("KUBE-FIREWALL")
-    if state or network.pod_namespaces():
-        network.teardown_host(
-            state.get("bridge", cfg.bridge),
-            state.get("service_cidr", cfg.service_cidr),
-            state.get("sysctls", {}),
-        )
+    # always: a cluster whose processes were killed without `down` (a session's end) leaves its network
+    network.teardown_host(
+        state.get("bridge", cfg.bridge),
+        state.get("service_cidr", cfg.service_cidr),
+        state.get("sysctls", {}),
+    )
     remove_mountpoints(kubelet_root / "mountpoints")
     state_file(cfg).unlink(missing_ok=True)
     shutil.rmtree(cfg.state_dir / "users", ignore_errors=True)

@@ -1,6 +1,6 @@
 """KV-cache and weights capacity planning, pure arithmetic over a model's config.json.
 
-Used by `kubeinfer plan` and by the operator's KV-capacity check. The memory model is vLLM's:
+Used by `kubeinfer plan` and by the operator's KV-capacity check (kv_capacity.py). The memory model is vLLM's:
 each GPU gives the engine `memory_utilization` of its memory; the weights, a reserve (CUDA context,
 allocator slack, activations of one batched step) come out of that, and the rest is KV cache at
 kv_bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x dtype bytes. With tensor
@@ -302,49 +302,3 @@ def plan(
         fits=fits,
         notes=tuple(notes),
     )
-
-
-@dataclass(frozen=True)
-class FitCheck:
-    fits: bool
-    kv_bytes_per_token: int
-    tokens_needed: int  # one sequence at max_model_len
-    tokens_fit: int
-    weights_bytes: int
-    message: str
-
-
-def check_fit(
-    shape: ModelShape,
-    gpu_memory_bytes: int,
-    max_model_len: int,
-    *,
-    gpus: int = 1,
-    dtype: str | None = None,
-    kv_dtype: str | None = None,
-    memory_utilization: float = 0.9,
-) -> FitCheck:
-    """Whether one sequence of `max_model_len` tokens fits in the KV cache, with the numbers for a
-    status condition's message."""
-    p = plan(
-        shape,
-        gpu_memory_bytes,
-        gpus=gpus,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        context_length=max_model_len,
-        memory_utilization=memory_utilization,
-    )
-    holds = (
-        f"the KV cache holds {p.kv_tokens} tokens ({p.kv_bytes_per_token} B/token; weights "
-        f"{p.weights_bytes / GIB:.1f} GiB on {gpus} x {gpu_memory_bytes / GIB:.1f} GiB "
-        f"at {memory_utilization:.0%})"
-    )
-    if p.fits:
-        message = f"{holds}: {p.seqs_at_context} sequence(s) of maxModelLen {max_model_len} fit"
-    else:
-        message = (
-            f"{holds}: one sequence of maxModelLen {max_model_len} does not fit; lower maxModelLen, "
-            "use more or larger GPUs, or a smaller KV dtype"
-        )
-    return FitCheck(p.fits, p.kv_bytes_per_token, max_model_len, p.kv_tokens, p.weights_bytes, message)

@@ -38,7 +38,16 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"kubeinfer: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[command][0])
+    try:
+        module = importlib.import_module(COMMANDS[command][0])
+    except ModuleNotFoundError as e:
+        if (e.name or "").startswith("kubeinfer"):
+            raise
+        print(
+            f"kubeinfer {command}: needs the Python package {e.name!r}: pip install 'kubeinfer[bench]'",
+            file=sys.stderr,
+        )
+        return 2
     return int(module.main(rest) or 0)
 
 

@@ -63,10 +63,14 @@ class Operator:
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     config = load_settings()
     logging.getLogger("kubeinfer_operator").setLevel(config.log_level)
-    if config.log_level != "DEBUG":  # kopf logs every watch event it handles at INFO
-        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    if config.log_level != "DEBUG":  # kopf logs every watch event, aiohttp every liveness probe
+        for name in ("kopf.objects", "aiohttp.access"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     # kopf would post its own log lines as Events; ours (one per condition change) say more.
     settings.posting.enabled = False
+    # The watched resources exist when the chart starts the operator (Helm installs CRDs first):
+    # no need to watch CRDs and namespaces, nor the RBAC to do so.
+    settings.scanning.disabled = True
     loop = asyncio.get_running_loop()
     kube = Kube(load_client())
     operator = Operator(config, kube, WorkQueue(lambda key: operator.process(key)), None)

@@ -116,6 +116,7 @@ class Kube:
         self._request(
             "PATCH",
             self._path(kind, namespace, name, "status"),
+            query={"fieldManager": FIELD_MANAGER},
             body={"status": status},
             content_type="application/merge-patch+json",
         )

@@ -34,6 +34,10 @@ class Device:
     description: str
 
 
+def _size(nbytes: float) -> str:
+    return f"{nbytes / GIB:.1f} GiB" if nbytes >= GIB / 10 else f"{nbytes / 1024**2:.1f} MiB"
+
+
 def _named_shape(model_name: str) -> ModelShape | None:
     """Catalog lookup by the model's name: meta-llama/Llama-3.1-8B-Instruct -> llama-3.1-8b."""
     base = _NAME_SUFFIXES.sub("", model_name.rsplit("/", 1)[-1].lower())
@@ -68,13 +72,13 @@ def device_memory(spec: InferenceServiceSpec) -> Device | None:
         if resources.memory is None:
             return None
         memory = int(parse_quantity(resources.memory))
-        return Device(memory, 1, CPU_RESERVE_BYTES, f"{memory / GIB:.1f} GiB of pod memory")
+        return Device(memory, 1, CPU_RESERVE_BYTES, f"{_size(memory)} of pod memory")
     product = spec.runtime.node_selector.get(GPU_PRODUCT_LABEL)
     key = _gpu_by_product(product) if product else None
     if key is None:
         return None
     memory = GPUS[key].memory_bytes
-    return Device(memory, resources.gpus, None, f"{resources.gpus} x {product} ({memory / GIB:.1f} GiB)")
+    return Device(memory, resources.gpus, None, f"{resources.gpus} x {product} ({_size(memory)})")
 
 
 def check(
@@ -101,7 +105,7 @@ def check(
             **({} if device.reserve_bytes is None else {"reserve_bytes": device.reserve_bytes}),
         )
         memory_fit = planned.kv_tokens
-        weights_note = f" beside {planned.weights_bytes / GIB:.2f} GiB of weights on {device.description}"
+        weights_note = f" beside {_size(planned.weights_bytes)} of weights on {device.description}"
         fit = memory_fit if fit is None else fit
     capacity = {
         key: value

@@ -103,7 +103,7 @@ def plan(
     new_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == pod.revision]
     diagnosis = diagnose(new_pods, ask) or diagnose(pods, ask)
     url = service_url(owner.name, owner.namespace)
-    observed = Observation(desired, current, remaining, diagnosis, url)
+    observed = Observation(desired, pod.revision, current, remaining, diagnosis, url)
 
     capacity, kv_condition = kv
     conditions = [
@@ -113,9 +113,10 @@ def plan(
         kv_condition,
     ]
     previous_stable = (isvc.get("status") or {}).get("stableRevision")
+    running = {v.revision for v in (*remaining, *([current] if current else []))}
     if current is not None and current.serves(desired):
         stable = current.revision
-    elif previous_stable in {v.revision for v in remaining}:
+    elif previous_stable in running:  # e.g. mid-scale: the stable revision is the one it was
         stable = previous_stable
     else:
         stable = remaining[0].revision if remaining else None

@@ -51,7 +51,8 @@ class RevisionView:
 @dataclass(frozen=True)
 class Observation:
     desired: int
-    current: RevisionView | None  # the revision the spec renders to; None until its Deployment exists
+    revision: str  # the revision the spec renders to
+    current: RevisionView | None  # its Deployment; None until created
     older: tuple[RevisionView, ...]
     diagnosis: Diagnosis | None
     url: str
@@ -103,14 +104,15 @@ def progressing_condition(o: Observation) -> Condition:
             "Complete",
             f"Revision {current.revision} runs {o.desired}/{o.desired} replicas.",
         )
-    revision = current.revision if current else "(new)"
     ready = current.ready if current else 0
     if o.older:
         old = ", ".join(v.revision for v in o.older)
-        message = f"Rolling out revision {revision}: {ready}/{o.desired} ready; revision {old} still serves."
+        message = (
+            f"Rolling out revision {o.revision}: {ready}/{o.desired} ready; {old} keeps running until then."
+        )
         return Condition("Progressing", "True", "RollingOut", message)
     return Condition(
-        "Progressing", "True", "ScalingReplicas", f"Revision {revision}: {ready}/{o.desired} ready."
+        "Progressing", "True", "ScalingReplicas", f"Revision {o.revision}: {ready}/{o.desired} ready."
     )
 
 

@@ -103,7 +103,7 @@ class Tokenizer:
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
-        """Render `messages` to the prompt text; its ids come from `encode(text, add_special_tokens=False)`."""
+        """Render `messages` to prompt text; encode it with add_special_tokens=False (it has its BOS)."""
         if self.chat_template is None:
             raise ValueError("this model has no chat template (tokenizer_config.json has no 'chat_template')")
         if self._compiled_template is None:

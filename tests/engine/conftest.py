@@ -5,9 +5,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.tiny_model import make_tiny_model
+
+# Tiny models gain nothing from threads, and on a busy 2-core machine OpenMP's barriers turn every
+# small op into a wait for a time slice (a 2 ms forward took 400 ms); one thread keeps tests fast.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -29,12 +32,11 @@ def gqa_dir(tiny_model_dir: Callable[[str], Path]) -> Path:
 
 
 @pytest.fixture
-def make_engine(gqa_dir: Path) -> Callable[..., LLMEngine]:
-    """A small engine over the GQA tiny model; keyword arguments override EngineConfig fields."""
+def make_engine(tiny_model_dir: Callable[[str], Path]) -> Callable[..., LLMEngine]:
+    """make_engine(preset="llama-gqa", **EngineConfig overrides) with a small cache and one thread."""
 
-    def make(**overrides: object) -> LLMEngine:
-        overrides.setdefault("kv_cache_tokens", 4096)
-        return LLMEngine.from_model_dir(gqa_dir, **overrides)
+    def make(preset: str = "llama-gqa", **overrides: object) -> LLMEngine:
+        settings: dict[str, object] = {"kv_cache_tokens": 4096, "num_threads": 1, **overrides}
+        return LLMEngine.from_model_dir(tiny_model_dir(preset), **settings)
 
     return make
-

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 from engine_helpers import assert_all_blocks_free, random_prompts
-from transformers import AutoModelForCausalLM
-
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
+from transformers import AutoModelForCausalLM
 
 pytestmark = pytest.mark.slow
 
@@ -60,18 +59,18 @@ def reference(tiny_model_dir: Callable[[str], Path]) -> Callable[[str], Referenc
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_greedy_tokens_match_transformers(
-    preset: str, tiny_model_dir: Callable[[str], Path], reference: Callable[[str], Reference]
+    preset: str, make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
 ) -> None:
-    engine = LLMEngine.from_model_dir(tiny_model_dir(preset), kv_cache_tokens=4096)
+    engine = make_engine(preset)
     assert engine.generate(PROMPTS, GREEDY) == reference(preset).tokens
     assert_all_blocks_free(engine)
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_prefill_logits_match_transformers(
-    preset: str, tiny_model_dir: Callable[[str], Path], reference: Callable[[str], Reference]
+    preset: str, make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
 ) -> None:
-    engine = LLMEngine.from_model_dir(tiny_model_dir(preset), kv_cache_tokens=4096)
+    engine = make_engine(preset)
     for i, prompt in enumerate(PROMPTS):
         engine.add_request(str(i), prompt, GREEDY)
     scheduled = engine.scheduler.schedule(now=0.0)
@@ -90,15 +89,25 @@ def test_prefill_logits_match_transformers(
         ({}, "hits"),
         ({"max_num_batched_tokens": 24}, "chunked"),
         ({"kv_cache_tokens": 256, "max_model_len": 256}, "preempted"),
-        ({"kv_cache_tokens": 256, "max_model_len": 256, "max_num_batched_tokens": 20,
-          "scheduling_policy": "priority"}, "preempted"),
+        (
+            {
+                "kv_cache_tokens": 256,
+                "max_model_len": 256,
+                "max_num_batched_tokens": 20,
+                "scheduling_policy": "priority",
+            },
+            "preempted",
+        ),
     ],
     ids=["no-prefix-cache", "prefix-cache", "chunked-prefill", "preemption", "preemption-chunked-priority"],
 )
 def test_scheduling_settings_never_change_greedy_tokens(
-    settings: dict[str, object], expect: str, gqa_dir: Path, reference: Callable[[str], Reference]
+    settings: dict[str, object],
+    expect: str,
+    make_engine: Callable[..., LLMEngine],
+    reference: Callable[[str], Reference],
 ) -> None:
-    engine = LLMEngine.from_model_dir(gqa_dir, **{"kv_cache_tokens": 4096, **settings})
+    engine = make_engine(**settings)
     expected = reference("llama-gqa").tokens
     # Twice: the second round finds the first one's blocks in the prefix cache.
     assert engine.generate(PROMPTS, GREEDY) == expected
@@ -111,4 +120,14 @@ def test_scheduling_settings_never_change_greedy_tokens(
     if expect == "preempted":
         assert stats.preemptions_total > 0
     assert stats.prefix_cache_queries_total == 2 * sum(LENGTHS)
+    assert_all_blocks_free(engine)
+
+
+def test_padded_decode_path_matches_transformers(
+    make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
+) -> None:
+    """CUDA's decode path (one padded attention call for all sequences), run here on CPU."""
+    engine = make_engine(max_num_batched_tokens=40)
+    engine.model_runner.batched_decode = True
+    assert engine.generate(PROMPTS, GREEDY) == reference("llama-gqa").tokens
     assert_all_blocks_free(engine)

@@ -84,6 +84,14 @@ def test_new_revision_rolls_out_beside_the_old_then_replaces_it() -> None:
     assert _condition(done.status, "Progressing") == ("False", "Complete")
 
 
+def test_a_serving_revision_stays_stable_while_it_scales() -> None:
+    manifest = example("tiny-cpu.yaml")
+    revision = _revision(manifest)
+    scaling = _plan(manifest, [deployment(revision, 3, 1)], [], status={"stableRevision": revision})
+    assert scaling.status["stableRevision"] == revision
+    assert _condition(scaling.status, "Ready") == ("True", "Serving")
+
+
 def test_replica_count_comes_from_one_place() -> None:
     manifest = example("tiny-cpu.yaml")
     spec = spec_of(manifest)

@@ -84,18 +84,20 @@ def test_zero_min_requests_and_no_traffic_passes() -> None:
 
 
 def test_track_queries_split_by_track_over_the_same_window() -> None:
-    queries = track_queries("prod", "chat", "canary", 300.4, SLO)
+    queries = track_queries("prod", "chat", "canary", "7f9c", 300.4, SLO)
     selector = 'namespace="prod",inferenceservice="chat",track="canary"'
+    pods = 'namespace="prod",inferenceservice="chat",revision="7f9c"'
     assert queries == {
         "requests": f"sum(increase(kubeinfer_router_requests_total{{{selector}}}[300s]))",
         "errors": f'sum(increase(kubeinfer_router_requests_total{{{selector},code=~"5..|429"}}[300s]))',
         "ttft_p95": "histogram_quantile(0.95, sum by (le) "
         f"(increase(kubeinfer_router_time_to_first_token_seconds_bucket{{{selector}}}[300s])))",
         "tpot_p95": "histogram_quantile(0.95, sum by (le) "
-        f"(increase(kubeinfer_time_per_output_token_seconds_bucket{{{selector}}}[300s])))",
+        f"(increase(kubeinfer_time_per_output_token_seconds_bucket{{{pods}}}[300s])))",
     }
-    stable = track_queries("prod", "chat", "stable", 300.4, SLO)
+    stable = track_queries("prod", "chat", "stable", "1a2b", 300.4, SLO)
     assert stable["requests"] == queries["requests"].replace('track="canary"', 'track="stable"')
+    assert 'revision="1a2b"' in stable["tpot_p95"]
 
 
 def test_measurement_treats_nan_and_missing_as_no_data() -> None:

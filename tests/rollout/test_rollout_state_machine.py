@@ -122,7 +122,8 @@ def test_failed_analyses_roll_back_and_name_the_metric() -> None:
     assert (status, reason) == ("True", "AnalysisFailed")
     assert "ttft_p95" in message and "900ms" in message and "500ms" in message
     warnings = [e for e in rolling_back.events if e.type == "Warning"]
-    assert [e.reason for e in warnings][-1] == "AnalysisFailed" and "rev-b" in warnings[-1].message
+    assert [e.reason for e in warnings][-2:] == ["AnalysisFailed", "RollingBack"]
+    assert warnings[-1].message.startswith("AnalysisFailed: rolling back rev-b to rev-a: ttft_p95")
 
     rolled_back = sim.run_until(phase_is(Phase.ROLLED_BACK))
     assert rolled_back.state.rolled_back_revision == "rev-b" and rolled_back.state.canary_revision is None
@@ -220,11 +221,13 @@ def test_abort_works_while_paused() -> None:
 
 def test_progress_deadline_rolls_back_a_canary_that_never_loads() -> None:
     sim = started(SPEC, load_s=10_000.0)
+    rollout_started = sim.now
     decision = sim.run_until(phase_is(Phase.ROLLING_BACK, Phase.ROLLED_BACK))
+    rolled_back_at = sim.now - sim.tick_s
+    assert 600.0 < rolled_back_at - rollout_started <= 600.0 + sim.tick_s
     status, reason, message = condition(decision, "Degraded")
     assert (status, reason) == ("True", "ProgressDeadlineExceeded")
-    assert "0/1 ready" in message
-    assert sim.now - 1_000_000.0 - 130.0 >= 600.0
+    assert "0/1 ready replicas after 610s" in message
 
 
 def test_progress_deadline_accounts_for_model_load_time() -> None:

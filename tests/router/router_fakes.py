@@ -34,6 +34,7 @@ class FakeBackend:
     chunks: int = 3
     chunk_delay_s: float = 0.0
     reply_after_s: float = 0.0
+    crash_after_chunks: int | None = None
     served: int = 0
     probes: int = 0
     request_ids: list[str] = field(default_factory=list)
@@ -75,6 +76,8 @@ class FakeBackend:
     async def _events(self) -> AsyncIterator[bytes]:
         try:
             for i in range(self.chunks):
+                if i == self.crash_after_chunks:
+                    raise RuntimeError(f"{self.name} crashed mid-stream")  # uvicorn drops the connection
                 if i:
                     await asyncio.sleep(self.chunk_delay_s)
                 event = {"backend": self.name, "choices": [{"text": f"tok{i}", "index": 0}]}
@@ -116,6 +119,21 @@ def free_dead_url() -> str:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def hang_up_url() -> str:
+    """A URL whose server accepts connections and closes them without a word."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def hang_up() -> None:
+        while True:
+            connection, _ = listener.accept()
+            connection.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
 def write_config(path: Path, tracks: dict[str, tuple[int, list[str]]]) -> None:

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from router_fakes import FakeBackend, free_dead_url, write_config
+from router_fakes import FakeBackend, free_dead_url, hang_up_url, write_config
 
 Router = Callable[..., tuple[str, Path]]
 Backends = Callable[..., FakeBackend]
@@ -90,7 +91,8 @@ def test_picks_the_replica_with_fewest_waiting_requests(
         start_backend("half", waiting=3),
     )
     url, _ = start_router({"stable": (100, [busy.url, idle.url, half.url])})
-    time.sleep(0.3)  # a few probe rounds
+    # A second probe round has begun only after the first one's loads were stored.
+    wait_until(lambda: min(busy.probes, idle.probes, half.probes) >= 2)
     tracks_of(url, 20)
     assert (busy.served, idle.served, half.served) == (0, 20, 0)
 
@@ -157,8 +159,8 @@ def test_retries_on_another_replica_before_the_first_byte(
         start_backend("broken", status=500),
         start_backend("full", status=429),
     )
-    stable = [free_dead_url(), broken.url, overloaded.url, live.url]
-    url, config = start_router({"stable": (100, stable)}, max_attempts=4)
+    stable = [free_dead_url(), hang_up_url(), broken.url, overloaded.url, live.url]
+    url, config = start_router({"stable": (100, stable)}, max_attempts=5)
     responses = [complete(url, stream=i % 2 == 0) for i in range(12)]
     assert [r.status_code for r in responses] == [200] * 12
     assert live.served == 12
@@ -181,6 +183,24 @@ def test_retries_on_another_replica_before_the_first_byte(
     wait_until(lambda: complete(url).status_code == 502)
     assert "no replica answered" in complete(url).json()["error"]["message"]
     assert sample(samples(url), "kubeinfer_router_requests_total", track="stable", code="502") >= 2
+
+
+def test_a_stream_cut_after_the_first_byte_reaches_the_client_as_an_error(
+    start_backend: Backends, start_router: Router
+) -> None:
+    crashing = start_backend("crashing", chunks=5, chunk_delay_s=0.05, crash_after_chunks=2)
+    url, _ = start_router({"stable": (100, [crashing.url])})
+    received: list[str] = []
+    with (
+        pytest.raises(httpx.RemoteProtocolError),  # not a clean end: the client knows it lost the rest
+        http.stream("POST", f"{url}/v1/completions", json=BODY | {"stream": True}) as response,
+    ):
+        for line in response.iter_lines():
+            received += [line] if line else []
+    assert len(received) == 2
+    wait_until(
+        lambda: sample(samples(url), "kubeinfer_router_requests_total", track="stable", code="502") == 1
+    )
 
 
 def test_request_id_is_propagated_or_generated(start_backend: Backends, start_router: Router) -> None:

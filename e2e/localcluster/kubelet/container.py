@@ -75,6 +75,7 @@ class Container:
         self.ready = self.started = False
         self.next_start = 0.0  # monotonic time before which a restart waits (back-off)
         self.restart_pending = False
+        self.exit_pending = False
 
     # --- process -------------------------------------------------------------------------------
 
@@ -129,6 +130,16 @@ class Container:
             self.state, self.waiting_reason, self.waiting_message = "waiting", reason, message
             self.next_start = time.monotonic() + BACKOFF_START
 
+    def take_exit(self) -> Termination | None:
+        """The container's latest exit, once: whoever stopped it (a probe, its own end), the pod decides
+        on the restart."""
+        self.poll()
+        with self.lock:
+            if self.exit_pending:
+                self.exit_pending = False
+                return self.termination
+        return None
+
     def poll(self) -> bool:
         """Notice the process's exit; True when it has just exited."""
         proc = self.proc
@@ -141,11 +152,12 @@ class Container:
             self.termination = Termination(
                 exit_code=exit_code,
                 reason="Completed" if exit_code == 0 else "Error",
+                container_id=self.container_id,
                 signal=sig,
                 started_at=self.started_at or now(),
                 finished_at=now(),
             )
-            self.state, self.ready = "terminated", False
+            self.state, self.ready, self.exit_pending = "terminated", False, True
             ran = time.monotonic() - self.started_mono
             self.crashes_in_a_row = 0 if ran > BACKOFF_RESET_AFTER else self.crashes_in_a_row
         (self.hooks.procs_dir / str(proc.pid)).unlink(missing_ok=True)

@@ -1,5 +1,5 @@
 """The command line that puts a container's process into its pod: the pod's network namespace (entered
-with nsenter), then a fresh mount and UTS namespace (unshare) where a short shell script sets the
+with nsenter), then a fresh mount and UTS namespace (unshare) where a short bash script sets the
 hostname, bind-mounts the volumes at their mountPaths and execs the container's command.  No process is
 forked on the way, so the pid the kubelet gets is the container's own."""
 
@@ -17,30 +17,44 @@ HOSTS_HEADER = """# Kubernetes-managed hosts file (process kubelet).
 """
 
 
+def ordered(mounts: list[Mount]) -> list[Mount]:
+    """Parents before children, as container runtimes mount them."""
+    return sorted(mounts, key=lambda m: len(Path(m.target).parts))
+
+
 def launch_argv(
     netns_path: str | None, hostname: str, mounts: list[Mount], workdir: str, command: list[str]
 ) -> list[str]:
+    """Every source is opened before anything is mounted and mounted from /proc/self/fd/N: a mount at
+    /work must not hide a later source under /work (the harness's own state dir, say)."""
+    mounts = ordered(mounts)
     lines = ["set -e"]
     if netns_path:
         lines.append(f"echo {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
-    for m in mounts:
-        lines.append(f"mount --bind {shlex.quote(m.source)} {shlex.quote(m.target)}")
+    lines += [f"exec {10 + i}<{shlex.quote(m.source)}" for i, m in enumerate(mounts)]
+    for i, m in enumerate(mounts):
+        target = shlex.quote(m.target)
+        make = f"mkdir -p {target}" if os.path.isdir(m.source) else f"[ -e {target} ] || touch {target}"
+        lines += [make, f"mount --no-canonicalize --bind /proc/self/fd/{10 + i} {target}"]
         if m.read_only:
-            lines.append(f"mount -o remount,bind,ro {shlex.quote(m.target)}")
+            lines.append(f"mount -o remount,bind,ro {target}")
+    lines += [f"exec {10 + i}<&-" for i in range(len(mounts))]
     lines += [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"']
     script = "\n".join(lines)
     unshare = ["unshare", "--mount", "--propagation", "private", *(["--uts"] if netns_path else []), "--"]
     enter = ["nsenter", f"--net={netns_path}", "--"] if netns_path else []
-    return [*enter, *unshare, "sh", "-c", script, "sh", *command]
+    return [*enter, *unshare, "bash", "-c", script, "bash", *command]
 
 
 def ensure_mountpoints(mounts: list[Mount], record: Path) -> None:
-    """A bind mount needs something at its target.  Whatever is created for that is empty, lives on the
-    host only as an empty mountpoint, and is listed in `record` so `down` removes it again."""
+    """A bind mount needs something at its target.  Targets on the host's own filesystem (not inside
+    another of the container's mounts) are created here, empty, and listed in `record` so `down` removes
+    them again; the others are made inside the namespace by the launch script."""
     created = []
+    targets = [Path(m.target) for m in mounts]
     for m in mounts:
         target = Path(m.target)
-        if target.exists():
+        if target.exists() or any(t in target.parents for t in targets):
             continue
         missing = [p for p in [target, *target.parents] if not p.exists()]
         if os.path.isdir(m.source):

@@ -141,7 +141,8 @@ class PodWorker(threading.Thread):
             self._tick_init(self.init[self.init_index])
             return
         for c in self.main:
-            if c.poll() and c.termination and should_restart(self.restart_policy, c.termination.exit_code):
+            ended = c.take_exit()
+            if ended and should_restart(self.restart_policy, ended.exit_code):
                 c.schedule_restart()
             if c.due():
                 c.start()
@@ -151,8 +152,9 @@ class PodWorker(threading.Thread):
             self._teardown()  # a finished pod keeps its status, not its network
 
     def _tick_init(self, c: Container) -> None:
-        if c.poll() and c.termination:
-            if c.termination.exit_code == 0:
+        ended = c.take_exit()
+        if ended:
+            if ended.exit_code == 0:
                 self.init_index += 1
                 self.wake.set()
                 return

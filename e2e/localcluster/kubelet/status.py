@@ -13,24 +13,22 @@ OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady",
 @dataclass(frozen=True)
 class Termination:
     exit_code: int
-    reason: str  # Completed | Error | ContainerCannotRun
+    reason: str  # Completed | Error
+    container_id: str
     started_at: str
     finished_at: str
     signal: int | None = None
-    message: str | None = None
 
-    def to_api(self, container_id: str) -> Obj:
+    def to_api(self) -> Obj:
         out: Obj = {
             "exitCode": self.exit_code,
             "reason": self.reason,
             "startedAt": self.started_at,
             "finishedAt": self.finished_at,
-            "containerID": container_id,
+            "containerID": self.container_id,
         }
         if self.signal:
             out["signal"] = self.signal
-        if self.message:
-            out["message"] = self.message
         return out
 
 
@@ -53,14 +51,12 @@ class ContainerView:
         if self.state == "running":
             state: Obj = {"running": {"startedAt": self.started_at}}
         elif self.state == "terminated" and self.termination:
-            state = {"terminated": self.termination.to_api(self.container_id)}
+            state = {"terminated": self.termination.to_api()}
         else:
             state = {"waiting": {"reason": self.waiting_reason}}
             if self.waiting_message:
                 state["waiting"]["message"] = self.waiting_message
-        last = (
-            {"terminated": self.last_termination.to_api(self.container_id)} if self.last_termination else {}
-        )
+        last = {"terminated": self.last_termination.to_api()} if self.last_termination else {}
         out: Obj = {
             "name": self.name,
             "image": self.image,

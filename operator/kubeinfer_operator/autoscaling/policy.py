@@ -2,9 +2,10 @@
 
 The core is the HPA's: desired = max over signals of ceil(ready x value / target), with a tolerance band,
 stabilization windows over past recommendations and a bound on the scale-up rate. On top of it sit the
-guards LLM serving needs (see the operator research notes for the issues each one answers):
-- replicas still loading the model are capacity on the way: no scale-up while they start, and the
-  scale-up window then gives the queue they inherit time to drain (no cascades on slow model loads);
+guards LLM serving needs (the operator research notes list the issues each one answers):
+- capacity already there or on the way absorbs a backlog: no scale-up while replicas start, while the
+  queue shrinks, or while replicas that just turned ready are not yet in the signal windows (no
+  cascades on slow model loads);
 - pods that cannot be scheduled stop scale-up and raise ScalingLimited naming the missing resource;
 - scale-down only to a count whose replicas stay under every target once the load moves onto them;
 - no metrics holds the current count (never "zero load, drop to min").
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 # Signal names, as fetched (signals.py) and as recorded in decisions.
@@ -30,9 +31,9 @@ WAITING_PER_REPLICA = "waiting_per_replica"  # WAITING / ready replicas (what is
 class Targets:
     """Per-replica targets; None switches a signal off."""
 
-    queue_time_p95_s: float | None = 0.5
-    oldest_wait_s: float | None = 1.0
-    kv_usage: float | None = 0.7
+    queue_time_p95_s: float | None = 0.25
+    oldest_wait_s: float | None = 0.5
+    kv_usage: float | None = 0.5
     waiting_per_replica: float | None = 2.0
 
     def items(self) -> list[tuple[str, float]]:
@@ -45,13 +46,18 @@ class ScalingConfig:
     max_replicas: int = 10
     targets: Targets = field(default_factory=Targets)
     tolerance: float = 0.1
-    # Scale-up needs the recommendation to hold for this long; it is also how long a queue left behind by
-    # starting replicas gets to drain once they are ready (their hold recommendations sit in the window).
-    scale_up_window_s: float = 30.0
-    scale_down_window_s: float = 300.0
-    # Per decision, grow to at most max(current x factor, current + pods) (HPA's default behaviour).
+    scale_up_window_s: float = 0.0  # scale up to the lowest recommendation over this window
+    scale_down_window_s: float = 300.0  # scale down to the highest recommendation over this window
+    # Windowed signals (queue-time rate, KV average) describe the old capacity, or the saturated replicas of
+    # a backlog, for about this long after the ready count changes or a backlog drains: no scaling the same
+    # way meanwhile (after a scale-down, scale-up stays free).
+    settle_s: float = 60.0
+    # Per decision, grow to at most max(current x factor, current + pods) (the HPA's default behaviour).
     max_scale_up_factor: float = 2.0
     max_scale_up_pods: int = 4
+    # Per decision, remove at most this fraction (at least one replica). The check that the survivors stay
+    # under target projects linearly; KV use and queueing rise faster than that near saturation.
+    max_scale_down_fraction: float = 0.25
     mode: Literal["active", "dryRun"] = "active"
 
     def __post_init__(self) -> None:
@@ -62,10 +68,11 @@ class ScalingConfig:
         require(self.min_replicas >= 0, "min_replicas", "must be >= 0")
         require(self.max_replicas >= max(1, self.min_replicas), "max_replicas", "must be >= 1 and >= min")
         require(0 <= self.tolerance < 1, "tolerance", "must be in [0, 1)")
-        require(self.scale_up_window_s >= 0, "scale_up_window_s", "must be >= 0")
-        require(self.scale_down_window_s >= 0, "scale_down_window_s", "must be >= 0")
+        for window in ("scale_up_window_s", "scale_down_window_s", "settle_s"):
+            require(getattr(self, window) >= 0, window, "must be >= 0")
         require(self.max_scale_up_factor >= 1, "max_scale_up_factor", "must be >= 1")
         require(self.max_scale_up_pods >= 1, "max_scale_up_pods", "must be >= 1")
+        require(0 < self.max_scale_down_fraction <= 1, "max_scale_down_fraction", "must be in (0, 1]")
         require(self.mode in ("active", "dryRun"), "mode", "must be 'active' or 'dryRun'")
         for name, target in vars(self.targets).items():
             if target is not None and not target > 0:
@@ -76,7 +83,7 @@ class ScalingConfig:
 
 @dataclass(frozen=True)
 class Observation:
-    now: float  # seconds (epoch or any monotonic origin, the same across calls)
+    now: float  # seconds (epoch or any origin, the same across calls)
     replicas: int  # the owned Deployment's spec.replicas
     ready: int
     starting: int = 0  # created, schedulable, not Ready yet (loading the model)
@@ -92,27 +99,38 @@ class ScalingState:
 
     recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas), for the stabilization windows
     watching_since: float | None = None  # first decision with metrics: no scale-down before a full window
-    last_waiting: float | None = None  # waiting requests at the last decision: is the queue draining?
+    last_waiting: float | None = None  # at the last decision: is the queue growing or draining?
+    last_ready: int | None = None  # at the last decision: did the ready count change?
+    hold_up_until: float = 0.0  # settling: see ScalingConfig.settle_s
+    hold_down_until: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "recommendations": [[t, n] for t, n in self.recommendations],
             "watchingSince": self.watching_since,
             "lastWaiting": self.last_waiting,
+            "lastReady": self.last_ready,
+            "holdUpUntil": self.hold_up_until,
+            "holdDownUntil": self.hold_down_until,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ScalingState:
-        def number(key: str) -> float | None:
-            return None if data.get(key) is None else float(data[key])
+        def get(key: str, kind: type) -> Any:
+            return None if data.get(key) is None else kind(data[key])
 
         try:
-            recommendations = tuple((float(t), int(n)) for t, n in data.get("recommendations", []))
-            return cls(recommendations, number("watchingSince"), number("lastWaiting"))
+            return cls(
+                tuple((float(t), int(n)) for t, n in data.get("recommendations", [])),
+                get("watchingSince", float),
+                get("lastWaiting", float),
+                get("lastReady", int),
+                get("holdUpUntil", float) or 0.0,
+                get("holdDownUntil", float) or 0.0,
+            )
         except (TypeError, ValueError) as e:
             raise ValueError(
-                f"scaling state: expected recommendations [[time, replicas], ...], watchingSince and "
-                f"lastWaiting numbers: {e}"
+                f"scaling state: want recommendations [[time, replicas], ...] and numbers: {e}"
             ) from e
 
 
@@ -148,7 +166,7 @@ class Decision:
         return max(self.terms, key=lambda t: t.proposal, default=None)
 
     def record(self) -> dict[str, Any]:
-        """One entry of status' bounded decision history."""
+        """One entry of the bounded decision history in status."""
         d = self.driver
         return {
             "signal": d.signal if d else None,
@@ -164,7 +182,7 @@ class Decision:
 def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tuple[Decision, ScalingState]:
     current = obs.replicas
     clamp = lambda n: min(max(n, config.min_replicas), config.max_replicas)  # noqa: E731
-    limited = _scaling_limited(obs)
+    limited = _unschedulable(obs)
     keep = max(config.scale_up_window_s, config.scale_down_window_s)
     recent = tuple(r for r in state.recommendations if r[0] > obs.now - keep)
 
@@ -172,7 +190,7 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
         desired = clamp(current)
         conditions = (metrics, limited or _within_range())
         decision = _decision(config, obs, desired, (), f"{_verb(current, desired)}: {why}", conditions)
-        return decision, ScalingState(recent, state.watching_since, state.last_waiting)
+        return decision, replace(state, recommendations=recent)
 
     if obs.signals is None:
         unavailable = Condition("MetricsAvailable", "False", "MetricsUnavailable", obs.metrics_error)
@@ -188,20 +206,34 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
     recommendation = clamp(raw)
     notes: list[str] = []
     waiting = obs.signals.get(WAITING)
-    if recommendation > current:
-        # Capacity on the way or a queue already shrinking will absorb the backlog the signals show;
+    backlog = (config.targets.waiting_per_replica or 1.0) * obs.ready
+    draining = (
+        state.last_waiting is not None and waiting is not None and backlog < state.last_waiting > waiting
+    )
+    grew = state.last_ready is not None and obs.ready > state.last_ready
+    shrank = state.last_ready is not None and obs.ready < state.last_ready
+    after = replace(
+        state,
+        watching_since=obs.now if state.watching_since is None else state.watching_since,
+        last_waiting=waiting,
+        last_ready=obs.ready,
+        hold_up_until=obs.now + config.settle_s if grew or draining else state.hold_up_until,
+        hold_down_until=obs.now + config.settle_s if grew or shrank or draining else state.hold_down_until,
+    )
+    # A backlog growing while the ready count stood still is new load: settling does not hold it back.
+    growing = not grew and state.last_waiting is not None and waiting is not None and waiting > max(
+        state.last_waiting, backlog
+    )
+    if recommendation > current and (obs.starting or (obs.now < after.hold_up_until and not growing)):
+        # Capacity on the way, or a queue already shrinking, will absorb the backlog the signals show:
         # adding replicas for it is how slow model loads turn into scale-up cascades.
-        if obs.starting:
-            recommendation = current
-            notes.append(f"scale-up held: {obs.starting} replica(s) still starting")
-        elif _draining(config, obs.ready, state.last_waiting, waiting):
-            recommendation = current
-            notes.append(f"scale-up held: queue draining ({state.last_waiting:g} -> {waiting:g} waiting)")
+        recommendation = current
+        why = f"{obs.starting} replica(s) still starting" if obs.starting else "settling"
+        notes.append(f"scale-up held: {why}")
     history = (*recent, (obs.now, recommendation))
-    watching_since = obs.now if state.watching_since is None else state.watching_since
     up = min(n for t, n in history if t > obs.now - config.scale_up_window_s or t == obs.now)
     down = max(n for t, n in history if t > obs.now - config.scale_down_window_s or t == obs.now)
-    if watching_since > obs.now - config.scale_down_window_s:
+    if after.watching_since > obs.now - config.scale_down_window_s:  # type: ignore[operator]
         down = max(down, current)  # not watched a whole window yet (new service, lost state): no scale-down
     desired = up if up > current else down if down < current else current
     if recommendation > current and desired == current:
@@ -217,6 +249,12 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
         if obs.unschedulable:
             desired = current
             notes.append(f"scale-up stopped: {obs.unschedulable} pod(s) unschedulable")
+    if desired < current and obs.now < after.hold_down_until:
+        desired = current
+        notes.append("scale-down held: settling")
+    if desired < current:
+        step = max(desired, math.floor(current * (1 - config.max_scale_down_fraction)), 0)
+        desired = min(step, current - 1)
     if desired < current and desired < obs.ready:
         # Remove a ready replica only if the survivors, taking its load, stay inside the tolerance band.
         safe = max(math.ceil(obs.ready * t.value / (t.target * (1 - config.tolerance))) for t in terms)
@@ -225,18 +263,12 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
             notes.append(f"kept {desired} so the remaining replicas stay under every target")
     desired = clamp(desired)
 
-    conditions = (available, limited or _range_condition(config, raw))
+    conditions = (available, limited or _range(config, raw))
     driver = max(terms, key=lambda t: t.proposal)
     why = f"{driver.signal}={driver.value:.3g} (target {driver.target:g}) proposes {driver.proposal}"
     reason = "; ".join([f"{_verb(current, desired)}: {why}", *notes])
     decision = _decision(config, obs, desired, tuple(terms), reason, conditions)
-    return decision, ScalingState(history, watching_since, waiting)
-
-
-def _draining(config: ScalingConfig, ready: int, before: float | None, now: float | None) -> bool:
-    """A real backlog (over the waiting target) that shrank since the last decision."""
-    per_replica = config.targets.waiting_per_replica or 1.0
-    return before is not None and now is not None and now < before and before > per_replica * ready
+    return decision, replace(after, recommendations=history)
 
 
 def _terms(config: ScalingConfig, obs: Observation) -> list[Term]:
@@ -248,18 +280,15 @@ def _terms(config: ScalingConfig, obs: Observation) -> list[Term]:
     for signal, target in config.targets.items():
         if signal not in values:
             continue  # e.g. no request scheduled in the window: the percentile is undefined
-        value = values[signal]
-        ratio = value / target
+        ratio = values[signal] / target
         proposal = obs.ready if abs(ratio - 1) <= config.tolerance else math.ceil(obs.ready * ratio)
-        terms.append(Term(signal, value, target, proposal))
+        terms.append(Term(signal, values[signal], target, proposal))
     # The percentile lags both ways: it sees a request only once scheduled, and remembers it for the rate
     # window after the queue has drained. So it may hold replicas, but never asks for more than the
     # current queue (oldest wait, waiting requests) does.
-    now = [t.proposal for t in terms if t.signal in (OLDEST_WAIT, WAITING_PER_REPLICA)]
+    live = [t.proposal for t in terms if t.signal in (OLDEST_WAIT, WAITING_PER_REPLICA)]
     return [
-        Term(t.signal, t.value, t.target, min(t.proposal, max(obs.ready, *now)))
-        if t.signal == QUEUE_TIME and now
-        else t
+        replace(t, proposal=min(t.proposal, max(obs.ready, *live))) if t.signal == QUEUE_TIME and live else t
         for t in terms
     ]
 
@@ -272,9 +301,9 @@ def _decision(
     reason: str,
     conditions: tuple[Condition, ...],
 ) -> Decision:
-    act = config.mode == "active" and desired != obs.replicas
     if config.mode == "dryRun":
         reason += "; dry run: not applied"
+    act = config.mode == "active" and desired != obs.replicas
     return Decision(obs.now, obs.replicas, desired, terms, reason, conditions, act)
 
 
@@ -284,7 +313,7 @@ def _verb(current: int, desired: int) -> str:
     return f"scale {'up' if desired > current else 'down'} {current}->{desired}"
 
 
-def _scaling_limited(obs: Observation) -> Condition | None:
+def _unschedulable(obs: Observation) -> Condition | None:
     if not obs.unschedulable:
         return None
     # "Insufficient nvidia.com/gpu" -> InsufficientNvidiaComGpu (a condition reason is CamelCase).
@@ -295,11 +324,15 @@ def _scaling_limited(obs: Observation) -> Condition | None:
     return Condition("ScalingLimited", "True", reason, message)
 
 
-def _range_condition(config: ScalingConfig, raw: int) -> Condition:
+def _range(config: ScalingConfig, raw: int) -> Condition:
     if raw > config.max_replicas:
-        return Condition("ScalingLimited", "True", "TooManyReplicas", f"wanted {raw}, max {config.max_replicas}")
+        return Condition(
+            "ScalingLimited", "True", "TooManyReplicas", f"wanted {raw}, max {config.max_replicas}"
+        )
     if raw < config.min_replicas:
-        return Condition("ScalingLimited", "True", "TooFewReplicas", f"wanted {raw}, min {config.min_replicas}")
+        return Condition(
+            "ScalingLimited", "True", "TooFewReplicas", f"wanted {raw}, min {config.min_replicas}"
+        )
     return _within_range()
 
 

@@ -52,7 +52,9 @@ def engine_metrics(engine: str) -> EngineMetrics:
     try:
         return ENGINES[engine]
     except KeyError:
-        raise ValueError(f"spec.runtime.engine: unknown engine {engine!r} (known: {sorted(ENGINES)})") from None
+        raise ValueError(
+            f"spec.runtime.engine: unknown engine {engine!r} (known: {sorted(ENGINES)})"
+        ) from None
 
 
 def queries(

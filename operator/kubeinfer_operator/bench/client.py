@@ -87,7 +87,7 @@ async def send_request(client: httpx.AsyncClient, target: Target, spec: RequestS
     path, body = request_body(target, spec)
     headers = {"Authorization": f"Bearer {target.api_key}"} if target.api_key else {}
     result = RequestResult(start=time.perf_counter())
-    text_chunks = 0
+    done = False
     try:
         async with asyncio.timeout(target.timeout_s):
             async with client.stream("POST", target.base_url + path, json=body, headers=headers) as response:
@@ -101,6 +101,7 @@ async def send_request(client: httpx.AsyncClient, target: Target, spec: RequestS
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
+                        done = True
                         break
                     chunk = json.loads(data)
                     if "error" in chunk:
@@ -109,7 +110,6 @@ async def send_request(client: httpx.AsyncClient, target: Target, spec: RequestS
                     for choice in chunk.get("choices") or []:
                         if _chunk_text(choice):
                             result.chunk_times.append(now)
-                            text_chunks += 1
                     if usage := chunk.get("usage"):
                         result.prompt_tokens = usage.get("prompt_tokens")
                         result.output_tokens = usage.get("completion_tokens") or 0
@@ -121,8 +121,10 @@ async def send_request(client: httpx.AsyncClient, target: Target, spec: RequestS
         result.error, result.error_detail = "stream_error", f"bad SSE data: {type(e).__name__}: {e}"[:200]
     finally:
         result.end = time.perf_counter()
+    if result.ok and not done:
+        result.error, result.error_detail = "stream_error", "the stream ended without data: [DONE]"
     if result.ok and not result.output_tokens:
-        result.output_tokens = text_chunks  # the server sent no usage: count chunks instead
+        result.output_tokens = len(result.chunk_times)  # the server sent no usage: count chunks instead
     return result
 
 

@@ -7,6 +7,7 @@ import asyncio
 import math
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -51,7 +52,7 @@ def positive_float(text: str) -> float:
 
 
 def rate_list(text: str) -> list[float]:
-    """ "inf", "4" or "1,2,4,8" requests/s."""
+    """Requests/s: one rate ("4"), a comma list ("1,2,4,8") or "inf"."""
     return [positive_float(part) for part in text.split(",")]
 
 
@@ -158,7 +159,7 @@ def read_slo(args: argparse.Namespace) -> Slo:
     return base.merged_with(parse_slo_flags(args.slo))
 
 
-def request_factory(args: argparse.Namespace, rng: random.Random):  # type: ignore[no-untyped-def]
+def request_factory(args: argparse.Namespace, rng: random.Random) -> Callable[[int], list[RequestSpec]]:
     """A function giving load point i its requests: fresh synthetic prompts per point (so no point
     hits the prefix cache warmed by the one before), or the dataset's first N lines each time."""
     output_len = LengthDistribution.parse(args.output_len, "--output-len")
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kubeinfer bench: error: {e}", file=sys.stderr)
         return 2
     except httpx.HTTPError as e:
-        print(f"kubeinfer bench: error: cannot reach {args.url}: {e}", file=sys.stderr)
+        print(f"kubeinfer bench: error: {args.url}: {e}", file=sys.stderr)
         return 2
     knee = find_knee(runs, slo) if len(runs) > 1 else None
     print(

@@ -102,12 +102,17 @@ def load_shape(args: argparse.Namespace) -> tuple[str, ModelShape]:
 
 
 def _gib(n: float) -> str:
-    return f"{n / GIB:.2f} GiB"
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 1024**2:.1f} MiB"
 
 
 def format_plan(name: str, shape: ModelShape, gpu: str, p: Plan) -> str:
     rows = [
-        ("model", f"{name}: {p.params / 1e9:.2f} B parameters, {p.dtype}"),
+        (
+            "model",
+            f"{name}: {p.params / 1e9:.2f} B parameters, {p.dtype}"
+            if p.params >= 1e9
+            else f"{name}: {p.params / 1e6:.2f} M parameters, {p.dtype}",
+        ),
         ("GPUs", f"{p.gpus} x {gpu} ({_gib(p.gpu_memory_bytes)}), {p.memory_utilization:.0%} for the engine"),
         ("weights", _gib(p.weights_bytes)),
         (

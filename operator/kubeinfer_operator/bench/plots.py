@@ -96,6 +96,9 @@ def plot_sweep(
                 linewidth=1,
                 label=f"SLO {target.name} {target.threshold_s * 1000:g} ms",
             )
+        finite = [y for y in ys if y > 0]
+        if finite and max(finite) > 20 * min(finite):  # past the knee latency climbs by orders of magnitude
+            ax.set_yscale("log")
         ax.set_xlabel("output throughput (tokens/s)")
         ax.set_ylabel(f"{name} p{q:g} (ms)")
         ax.set_title(f"{name} p{q:g} vs throughput")

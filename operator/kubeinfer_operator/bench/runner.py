@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -118,7 +119,8 @@ async def run_points(
         if progress:
             tqdm.write(
                 f"{point.label}: {run.stats.request_throughput:.2f} req/s, "
-                f"TTFT p95 {run.stats.ttft.p95 * 1000:.0f} ms, failed {run.stats.failed}"
+                f"TTFT p95 {run.stats.ttft.p95 * 1000:.0f} ms, failed {run.stats.failed}",
+                file=sys.stderr,
             )
         runs.append(run)
     return runs

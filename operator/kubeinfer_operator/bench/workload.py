@@ -26,6 +26,9 @@ _WORDS_TEXT = (
 _WORDS = _WORDS_TEXT.split()
 
 
+_ARITY = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2}  # distribution -> its parameters
+
+
 @dataclass(frozen=True)
 class LengthDistribution:
     """Token lengths: fixed, uniform[low, high], normal(mean, std) or lognormal(median, sigma)."""
@@ -34,20 +37,16 @@ class LengthDistribution:
     a: float
     b: float = 0.0
 
-    KINDS = ("fixed", "uniform", "normal", "lognormal")
-
     @classmethod
     def parse(cls, text: str, field: str) -> LengthDistribution:
-        """ "128", "fixed:128", "uniform:64:256", "normal:128:32", "lognormal:128:0.5"."""
+        """Read "128" (fixed), "uniform:64:256", "normal:128:32" or "lognormal:128:0.5"."""
         parts = str(text).split(":")
         if len(parts) == 1:
             parts = ["fixed", *parts]
         kind, *numbers = parts
-        arity = {"fixed": 1, "uniform": 2, "normal": 2, "lognormal": 2}.get(kind)
+        arity = _ARITY.get(kind)
         if arity is None:
-            raise ValueError(
-                f"{field}: unknown distribution {kind!r}; expected one of {', '.join(cls.KINDS)}"
-            )
+            raise ValueError(f"{field}: unknown distribution {kind!r}; expected one of {', '.join(_ARITY)}")
         try:
             values = [float(n) for n in numbers]
         except ValueError:
@@ -68,14 +67,6 @@ class LengthDistribution:
         else:
             value = rng.lognormvariate(math.log(self.a), self.b)
         return max(1, round(value))
-
-    def mean(self) -> float:
-        return {
-            "fixed": self.a,
-            "uniform": (self.a + self.b) / 2,
-            "normal": self.a,
-            "lognormal": self.a * math.exp(self.b**2 / 2),
-        }[self.kind]
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,12 @@
 
 Requests, errors, TTFT and E2E come from the router (`kubeinfer_router_*{track}`): it sees every request
 of both tracks, including the ones no replica answered. TPOT is per request and only the engine knows
-the token count, so it comes from the runtime pods' histogram, split by their `track` label.
+the token count, so it comes from the runtime pods' histogram, selected by `revision`: a pod keeps its
+revision for life, while which track a revision is changes when it is promoted.
 
 Both tracks are queried with the same range, evaluated at the same instant (the window's end), so they
-are compared over exactly the same span. Labels `namespace`, `inferenceservice` and `track` are the
-scrape config's relabelling of pod labels. The router pods must not carry the track label themselves:
+are compared over exactly the same span. Labels `namespace`, `inferenceservice` and `revision` are
+the scrape config's relabelling of pod labels. The router pods must not carry the track label themselves:
 Prometheus would then rename the router's own `track` to `exported_track`.
 """
 
@@ -31,6 +32,7 @@ def track_queries(
     namespace: str,
     inferenceservice: str,
     track: str,
+    revision: str,
     window_s: float,
     slo: SLOTargets,
     tpot_metric: str = RUNTIME_TPOT,
@@ -39,17 +41,20 @@ def track_queries(
 
     `tpot_metric` is the engine's per-request TPOT histogram (for vLLM, the adapter passes its name).
     """
-    selector = f'namespace="{namespace}",inferenceservice="{inferenceservice}",track="{track}"'
+    service = f'namespace="{namespace}",inferenceservice="{inferenceservice}"'
+    selector = f'{service},track="{track}"'
     window = f"{max(1, round(window_s))}s"
     queries = {
         "requests": f"sum(increase({ROUTER_REQUESTS}{{{selector}}}[{window}]))",
         "errors": f'sum(increase({ROUTER_REQUESTS}{{{selector},code=~"{ERROR_CODES}"}}[{window}]))',
     }
     for objective in slo.latency:
-        metric = tpot_metric if objective.metric == "tpot" else ROUTER_HISTOGRAMS[objective.metric]
+        if objective.metric == "tpot":
+            series = f'{tpot_metric}_bucket{{{service},revision="{revision}"}}'
+        else:
+            series = f"{ROUTER_HISTOGRAMS[objective.metric]}_bucket{{{selector}}}"
         queries[objective.key] = (
-            f"histogram_quantile({objective.quantile:g}, "
-            f"sum by (le) (increase({metric}_bucket{{{selector}}}[{window}])))"
+            f"histogram_quantile({objective.quantile:g}, sum by (le) (increase({series}[{window}])))"
         )
     return queries
 

@@ -16,7 +16,8 @@ Everything the machine needs to resume lives in `RolloutState`, which round-trip
 
 Manual controls (GitOps-friendly: the operator never writes them, so nothing fights a sync tool):
 - pause/resume: `spec.rollout.paused: true|false`. Pausing freezes weights, replicas and every clock
-  (step pause, progress deadline); resuming continues where it stopped. Abort still works while paused.
+  (step pause, progress deadline); resuming continues where it stopped. Abort works while paused;
+  a promote waits for the resume.
 - promote: annotation `serving.kubeinfer.dev/promote: "<canary revision>"` skips the remaining steps
   and analysis and hands all capacity to the canary (still gated on readiness).
 - abort: annotation `serving.kubeinfer.dev/abort: "<canary revision>"` rolls back at once.
@@ -526,11 +527,8 @@ def _promoting(
 def _start_rollback(
     state: RolloutState, tick: _Tick, reason: str, message: str, events: list[RolloutEvent]
 ) -> RolloutState:
-    events.append(
-        RolloutEvent(
-            "Warning", reason, f"rolling back {state.canary_revision} to {state.stable_revision}: {message}"
-        )
-    )
+    revisions = f"{state.canary_revision} to {state.stable_revision}"
+    events.append(RolloutEvent("Warning", "RollingBack", f"{reason}: rolling back {revisions}: {message}"))
     failing = replace(state, phase=Phase.ROLLING_BACK, failure=Failure(reason, message), paused_at=None)
     return _rolling_back(failing, tick, events)
 

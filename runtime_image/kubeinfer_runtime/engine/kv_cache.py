@@ -83,6 +83,10 @@ def allocate_kv_cache(
     shape = (2 * model.num_kv_heads, plan.capacity_tokens, model.head_dim)
     log.info(
         "KV cache: %d blocks x %d tokens = %d tokens, %.1f MiB (%d bytes/token)",
-        plan.num_blocks, plan.block_size, plan.capacity_tokens, plan.total_bytes / 2**20, plan.bytes_per_token,
+        plan.num_blocks,
+        plan.block_size,
+        plan.capacity_tokens,
+        plan.total_bytes / 2**20,
+        plan.bytes_per_token,
     )
     return [torch.zeros(shape, dtype=dtype, device=device) for _ in range(model.num_layers)]

@@ -157,7 +157,9 @@ class LLMEngine:
             if cut is not None:
                 seq.output_text = seq.output_text[:cut]
                 reason = FinishReason.STOP
-        if reason is None and (seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len):
+        if reason is None and (
+            seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len
+        ):
             reason = FinishReason.LENGTH
         if reason is None:
             # Hold back a tail that could still become a stop string, so none is ever streamed.

@@ -12,7 +12,7 @@ import torch
 from kubeinfer_runtime.engine.config import DTYPES, EngineConfig
 from kubeinfer_runtime.engine.kv_cache import KVCachePlan, allocate_kv_cache, plan_kv_cache
 from kubeinfer_runtime.engine.sequence import Sequence
-from kubeinfer_runtime.models.attention import AttentionBatch, PrefillSpan
+from kubeinfer_runtime.models.attention import AttentionBatch, CachedContext, PrefillSpan
 from kubeinfer_runtime.models.llama import LlamaConfig, rope_tables
 from kubeinfer_runtime.models.loader import load_model
 
@@ -67,6 +67,8 @@ class ModelRunner:
         if self.device.type == "cpu":
             torch.set_num_threads(config.num_threads or usable_cpus())
         self.block_size = config.block_size
+        # How decodes attend (see AttentionBatch): one padded call on CUDA, per sequence on CPU.
+        self.batched_decode = self.device.type == "cuda"
         self.model = load_model(config.model, model_config, self.dtype, self.device)
 
         requested = config.max_model_len or model_config.max_position_embeddings
@@ -83,7 +85,9 @@ class ModelRunner:
                     f"max_model_len {requested} does not fit the KV cache ({capacity} tokens); "
                     "lower max_model_len or give the cache more memory"
                 )
-            log.warning("max_model_len lowered from %d to the KV cache capacity, %d tokens", requested, capacity)
+            log.warning(
+                "max_model_len lowered from %d to the KV cache capacity, %d tokens", requested, capacity
+            )
         self.max_model_len = min(requested, capacity)
         self.kv_caches = allocate_kv_cache(self.kv_plan, model_config, self.dtype, self.device)
         for layer, cache in zip(self.model.model.layers, self.kv_caches, strict=True):
@@ -91,62 +95,66 @@ class ModelRunner:
         cos, sin = rope_tables(model_config, self.max_model_len, self.dtype)
         self.cos, self.sin = cos.to(self.device), sin.to(self.device)
 
-    def _decode_inputs(self, seqs: list[Sequence]) -> tuple[list[int], list[int], list[int], torch.Tensor, torch.Tensor]:
-        """Token, position and slot of each single-token query, plus padded block tables and key mask."""
+    def _context(self, seq: Sequence, num_tokens: int) -> CachedContext:
+        blocks = seq.block_table[: -(-num_tokens // self.block_size)]
+        return CachedContext(torch.tensor(blocks, device=self.device), num_tokens)
+
+    def _padded_tables(
+        self, seqs: list[Sequence], context_lens: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block tables padded to the longest (padding reads block 0) and the mask of real keys."""
         bs = self.block_size
-        positions = [seq.num_computed_tokens for seq in seqs]
-        tokens = [seq.token_ids[p] for seq, p in zip(seqs, positions, strict=True)]
-        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(seqs, positions, strict=True)]
-        max_blocks = max(positions) // bs + 1
+        max_blocks = -(-max(context_lens) // bs)
         table: list[int] = []
-        for seq, p in zip(seqs, positions, strict=True):
-            blocks = seq.block_table[: p // bs + 1]
-            table += blocks + [0] * (max_blocks - len(blocks))  # padding reads block 0, masked out
-        context_lens = torch.tensor(positions) + 1
-        mask = torch.arange(max_blocks * bs)[None, :] < context_lens[:, None]
-        return tokens, positions, slots, torch.tensor(table), mask.view(1, len(seqs), 1, -1)
+        for seq, n in zip(seqs, context_lens, strict=True):
+            blocks = seq.block_table[: -(-n // bs)]
+            table += blocks + [0] * (max_blocks - len(blocks))
+        mask = torch.arange(max_blocks * bs)[None, :] < torch.tensor(context_lens)[:, None]
+        return torch.tensor(table, device=self.device), mask.view(1, len(seqs), 1, -1).to(self.device)
 
     @torch.inference_mode()
     def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[list[Sequence], torch.Tensor]:
         """Compute the scheduled tokens; returns the sequences that reached their last token (in
         batch order) and their next-token logits [len(those), vocab]."""
+        bs, device = self.block_size, self.device
         decodes = [seq for seq, n in zip(seqs, num_new_tokens, strict=True) if n == 1]
         prefills = [(seq, n) for seq, n in zip(seqs, num_new_tokens, strict=True) if n > 1]
+        positions = [seq.num_computed_tokens for seq in decodes]
+        token_ids = [seq.token_ids[p] for seq, p in zip(decodes, positions, strict=True)]
+        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(decodes, positions, strict=True)]
         sampled = [seq for seq in decodes if seq.num_computed_tokens + 1 == seq.num_tokens]
         logit_rows = [i for i, seq in enumerate(decodes) if seq.num_computed_tokens + 1 == seq.num_tokens]
 
-        token_ids: list[int] = []
-        position_parts: list[torch.Tensor] = []
-        slot_parts: list[torch.Tensor] = []
-        decode_blocks = decode_mask = None
-        if decodes:
-            token_ids, positions, slots, decode_blocks, decode_mask = self._decode_inputs(decodes)
-            position_parts.append(torch.tensor(positions))
-            slot_parts.append(torch.tensor(slots))
+        position_parts = [torch.tensor(positions, dtype=torch.long)]
+        slot_parts = [torch.tensor(slots, dtype=torch.long)]
         spans: list[PrefillSpan] = []
         row = len(decodes)
         for seq, n in prefills:
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
             token_ids += seq.token_ids[start:end]
             position_parts.append(torch.arange(start, end))
-            context_slots = _slots(seq.block_table, 0, end, self.block_size)
-            slot_parts.append(context_slots[start:])
-            spans.append(PrefillSpan(row, row + n, context_slots.to(self.device) if start else None))
+            slot_parts.append(_slots(seq.block_table, start, end, bs))
+            spans.append(PrefillSpan(row, row + n, self._context(seq, end) if start else None))
             row += n
             if end == seq.num_tokens:
                 sampled.append(seq)
                 logit_rows.append(row - 1)
 
-        device = self.device
+        decode_contexts = decode_blocks = decode_mask = None
+        if decodes and self.batched_decode:
+            decode_blocks, decode_mask = self._padded_tables(decodes, [p + 1 for p in positions])
+        elif decodes:
+            decode_contexts = [self._context(seq, p + 1) for seq, p in zip(decodes, positions, strict=True)]
         positions_t = torch.cat(position_parts).to(device)
         batch = AttentionBatch(
             slot_mapping=torch.cat(slot_parts).to(device),
             cos=self.cos[positions_t].unsqueeze(1),
             sin=self.sin[positions_t].unsqueeze(1),
-            block_size=self.block_size,
+            block_size=bs,
             num_decodes=len(decodes),
-            decode_blocks=None if decode_blocks is None else decode_blocks.to(device),
-            decode_mask=None if decode_mask is None else decode_mask.to(device),
+            decode_contexts=decode_contexts,
+            decode_blocks=decode_blocks,
+            decode_mask=decode_mask,
             prefills=spans,
         )
         input_ids = torch.tensor(token_ids, device=device)

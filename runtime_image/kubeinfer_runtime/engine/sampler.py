@@ -26,6 +26,7 @@ def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor)
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+@torch.inference_mode()
 def sample(
     logits: torch.Tensor,
     params: list[SamplingParams],

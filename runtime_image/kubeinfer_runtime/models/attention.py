@@ -14,26 +14,40 @@ import torch.nn.functional as F
 
 
 @dataclass
+class CachedContext:
+    """Where one sequence's keys and values are: its blocks, and how many tokens of them count."""
+
+    blocks: torch.Tensor  # block ids, on the cache's device
+    num_tokens: int
+
+
+@dataclass
 class PrefillSpan:
-    """One sequence's prefill chunk: batch rows [start, end) attend to `context_len` tokens."""
+    """One sequence's prefill chunk: batch rows [start, end)."""
 
     start: int
     end: int
-    # Cache slots of the whole context when part of it was computed in an earlier step (prefix-cache
-    # hit or an earlier chunk); None when the chunk is the whole context and attends only to itself.
-    context_slots: torch.Tensor | None
+    # The whole context when part of it was computed in an earlier step (a prefix-cache hit or an
+    # earlier chunk); None when the chunk is the whole context and attends only to itself.
+    context: CachedContext | None
 
 
 @dataclass
 class AttentionBatch:
-    """Per-step attention inputs, built once by the model runner and shared by every layer."""
+    """Per-step attention inputs, built once by the model runner and shared by every layer.
+
+    Rows [0, num_decodes) are single-token queries, attended one of two ways. On CPU, one call per
+    sequence over its own gathered blocks (`decode_contexts`): the small gather is still in cache
+    when attention reads it, where a padded batch would move twice the bytes. On CUDA, one padded
+    call for all (`decode_blocks`, `decode_mask`): kernel launches cost more than bytes there.
+    """
 
     slot_mapping: torch.Tensor  # [T] cache slot each new token's key and value go to
     cos: torch.Tensor  # [T, 1, head_dim] rotary tables at each token's position
     sin: torch.Tensor  # [T, 1, head_dim] (first half negated, see `apply_rope`)
     block_size: int
-    # Rows [0, num_decodes) are single-token queries, batched into one attention call.
     num_decodes: int
+    decode_contexts: list[CachedContext] | None
     decode_blocks: torch.Tensor | None  # [num_decodes * max_blocks] block tables, padded, row-major
     decode_mask: torch.Tensor | None  # [1, num_decodes, 1, max_blocks * block_size] True for real keys
     prefills: list[PrefillSpan]
@@ -53,30 +67,70 @@ def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch
     cache[kv_heads:].index_copy_(1, slots, v.transpose(0, 1))
 
 
-def _decode_attention(q: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float) -> torch.Tensor:
+def gather_context(cache: torch.Tensor, context: CachedContext, block_size: int) -> torch.Tensor:
+    """[2 * kv_heads, num_tokens, head_dim]: a sequence's keys and values, copied block by block."""
+    two_kv_heads, _, head_dim = cache.shape
+    kv = cache.view(two_kv_heads, -1, block_size * head_dim).index_select(1, context.blocks)
+    return kv.view(two_kv_heads, -1, head_dim)[:, : context.num_tokens]
+
+
+def _decode_per_sequence(
+    q: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
+) -> torch.Tensor:
+    num_seqs, num_heads, head_dim = q.shape
+    two_kv_heads = cache.shape[0]
+    kv_heads = two_kv_heads // 2
+    blocks = cache.view(two_kv_heads, -1, batch.block_size * head_dim)
+    # Query heads sharing a KV head become extra query rows: grouped-query attention for free.
+    queries = q.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).unbind(0)
+    outs = []
+    for q_i, context in zip(queries, batch.decode_contexts or [], strict=True):
+        kv = blocks.index_select(1, context.blocks).view(two_kv_heads, -1, head_dim)[:, : context.num_tokens]
+        outs.append(F.scaled_dot_product_attention(q_i, kv[:kv_heads], kv[kv_heads:], scale=scale))
+    return torch.stack(outs).view(num_seqs, num_heads, head_dim)
+
+
+def _decode_batched(
+    q: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
+) -> torch.Tensor:
     num_seqs, num_heads, head_dim = q.shape
     two_kv_heads = cache.shape[0]
     kv_heads = two_kv_heads // 2
     kv = cache.view(two_kv_heads, -1, batch.block_size * head_dim).index_select(1, batch.decode_blocks)
     kv = kv.view(two_kv_heads, num_seqs, -1, head_dim)
-    # Group the query heads that share a KV head as extra query rows: grouped-query attention for free.
     q = q.view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).transpose(0, 1)
-    out = F.scaled_dot_product_attention(q, kv[:kv_heads], kv[kv_heads:], attn_mask=batch.decode_mask, scale=scale)
+    out = F.scaled_dot_product_attention(
+        q, kv[:kv_heads], kv[kv_heads:], attn_mask=batch.decode_mask, scale=scale
+    )
     return out.transpose(0, 1).reshape(num_seqs, num_heads, head_dim)
 
 
+def _decode_attention(
+    q: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
+) -> torch.Tensor:
+    if batch.decode_contexts is not None:
+        return _decode_per_sequence(q, cache, batch, scale)
+    return _decode_batched(q, cache, batch, scale)
+
+
 def _prefill_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, span: PrefillSpan, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache: torch.Tensor,
+    batch: AttentionBatch,
+    span: PrefillSpan,
+    scale: float,
 ) -> torch.Tensor:
     num_heads, kv_heads = q.shape[1], k.shape[1]
     q = q.transpose(0, 1).unsqueeze(0)
     gqa = num_heads != kv_heads
-    if span.context_slots is None:
+    if span.context is None:
         k, v = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
     else:
-        kv = cache.index_select(1, span.context_slots).unsqueeze(0)
-        num_new, context_len = span.end - span.start, span.context_slots.numel()
+        kv = gather_context(cache, span.context, batch.block_size).unsqueeze(0)
+        num_new, context_len = span.end - span.start, span.context.num_tokens
         # Query i sits at position context_len - num_new + i and sees every key up to it.
         key_pos = torch.arange(context_len, device=q.device)
         query_pos = torch.arange(context_len - num_new, context_len, device=q.device)
@@ -88,7 +142,12 @@ def _prefill_attention(
 
 
 def paged_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cache: torch.Tensor,
+    batch: AttentionBatch,
+    scale: float,
 ) -> torch.Tensor:
     """q [T, heads, head_dim], k and v [T, kv_heads, head_dim] -> [T, heads, head_dim].
 
@@ -103,5 +162,5 @@ def paged_attention(
         out[:nd] = _decode_attention(q[:nd], cache, batch, scale)
     for span in batch.prefills:
         rows = slice(span.start, span.end)
-        out[rows] = _prefill_attention(q[rows], k[rows], v[rows], cache, span, scale)
+        out[rows] = _prefill_attention(q[rows], k[rows], v[rows], cache, batch, span, scale)
     return out

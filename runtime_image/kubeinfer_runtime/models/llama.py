@@ -66,7 +66,9 @@ class LlamaConfig:
             head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
             rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
-            rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
+            rope_scaling=None
+            if rope_type == "default"
+            else {**{k: v for k, v in rope.items() if k != "rope_theta"}, "rope_type": rope_type},
             max_position_embeddings=hf.get("max_position_embeddings", 2048),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             qkv_bias=qwen2 or hf.get("attention_bias", False),
@@ -120,7 +122,11 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            config.num_heads,
+            config.num_kv_heads,
+            config.head_dim,
+        )
         qkv_out = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
@@ -131,7 +137,9 @@ class Attention(nn.Module):
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x)
         num_qk_heads = self.num_heads + self.num_kv_heads
-        qk = apply_rope(qkv[:, : num_qk_heads * self.head_dim].view(num_tokens, num_qk_heads, -1), batch.cos, batch.sin)
+        qk = apply_rope(
+            qkv[:, : num_qk_heads * self.head_dim].view(num_tokens, num_qk_heads, -1), batch.cos, batch.sin
+        )
         v = qkv[:, num_qk_heads * self.head_dim :].view(num_tokens, self.num_kv_heads, -1)
         q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
         out = paged_attention(q, k, v, self.kv_cache, batch, self.scale)
@@ -172,19 +180,23 @@ class LlamaModel(nn.Module):
 
 def _copy_checked(name: str, target: torch.Tensor, tensor: torch.Tensor) -> None:
     if target.shape != tensor.shape:
-        raise ValueError(f"checkpoint tensor {name!r} has shape {list(tensor.shape)}, expected {list(target.shape)}")
+        raise ValueError(
+            f"checkpoint tensor {name!r} has shape {list(tensor.shape)}, expected {list(target.shape)}"
+        )
     target.copy_(tensor)
 
 
+# checkpoint projection name -> (fused module name, shard index within it)
+PACKED_MODULES: dict[str, tuple[str, int]] = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+
+
 class LlamaForCausalLM(nn.Module):
-    # checkpoint projection name -> (fused module name, shard index within it)
-    packed_modules = {
-        "q_proj": ("qkv_proj", 0),
-        "k_proj": ("qkv_proj", 1),
-        "v_proj": ("qkv_proj", 2),
-        "gate_proj": ("gate_up_proj", 0),
-        "up_proj": ("gate_up_proj", 1),
-    }
 
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
@@ -196,7 +208,9 @@ class LlamaForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor, batch: AttentionBatch, logit_rows: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, batch: AttentionBatch, logit_rows: torch.Tensor
+    ) -> torch.Tensor:
         """Logits [len(logit_rows), vocab] at the given rows; only those rows pay for the LM head."""
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
@@ -220,8 +234,8 @@ class LlamaForCausalLM(nn.Module):
                 continue
             module, _, leaf = name.rpartition(".")
             parent, _, proj = module.rpartition(".")
-            if proj in self.packed_modules:
-                fused, shard = self.packed_modules[proj]
+            if proj in PACKED_MODULES:
+                fused, shard = PACKED_MODULES[proj]
                 target = f"{parent}.{fused}.{leaf}"
                 offset = sum(self.shard_sizes(fused)[:shard])
                 param = params.get(target)

@@ -1,0 +1,311 @@
+"""Offline throughput of the kubeinfer engine against `transformers.generate`, side by side in one run.
+
+Workload: N requests (default 64) with prompts of 64-512 random tokens and 16-256 output tokens
+(mixed, seeded), every request generating exactly its output length (EOS ignored). Compared:
+
+  engine          LLMEngine.generate over all requests at once (continuous batching)
+  hf-sequential   transformers generate, one request at a time
+  hf-static       transformers generate in static, left-padded batches (default: as many requests
+                  per batch as the engine runs at once); a batch runs until its longest output is
+                  done, so only each request's own output tokens count as useful
+
+Plus the batch-1 decode step time of both against the floor set by memory bandwidth: the bytes of
+the weights divided by the read bandwidth of a warm sum over a buffer far larger than the caches.
+
+Usage: python benchmarks/engine_throughput.py [--quick] [--json out.json] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from kubeinfer_runtime.engine.llm_engine import LLMEngine
+from kubeinfer_runtime.engine.types import SamplingParams
+from kubeinfer_runtime.tiny_model import make_tiny_model
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM
+
+
+@dataclass
+class Workload:
+    prompts: list[list[int]]
+    output_lens: list[int]
+
+
+@dataclass
+class Throughput:
+    seconds: float  # wall clock
+    cpu_seconds: float  # this process's CPU time: steadier than wall time on a shared machine
+    output_tokens: int
+    requests_measured: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+    @property
+    def tokens_per_cpu_s(self) -> float:
+        return self.output_tokens / self.cpu_seconds
+
+
+class Timer:
+    def __enter__(self) -> Timer:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+def make_workload(
+    n: int, prompt_lens: tuple[int, int], output_lens: tuple[int, int], vocab: int, seed: int
+) -> Workload:
+    rng = random.Random(seed)
+    prompts = [[rng.randrange(5, vocab) for _ in range(rng.randint(*prompt_lens))] for _ in range(n)]
+    return Workload(prompts, [rng.randint(*output_lens) for _ in range(n)])
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def read_bandwidth_gbs(gib: int = 1, repeats: int = 5) -> float:
+    """Best of `repeats` warm sums over a buffer far larger than the last-level cache."""
+    buffer = torch.ones(gib * 2**30 // 4)
+    buffer.sum()  # warm-up: pages faulted in, threads started
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best / 1e9
+
+
+def run_engine(engine: LLMEngine, work: Workload) -> Throughput:
+    params = [SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True) for n in work.output_lens]
+    with Timer() as t:
+        outputs = engine.generate(work.prompts, params, use_tqdm=True)
+    assert [len(o) for o in outputs] == work.output_lens
+    return Throughput(t.wall, t.cpu, sum(work.output_lens), len(work.prompts))
+
+
+def hf_generate(
+    model: AutoModelForCausalLM, prompts: list[list[int]], max_new_tokens: int, pad_id: int
+) -> torch.Tensor:
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return model.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False)
+
+
+def run_hf_sequential(
+    model: AutoModelForCausalLM, work: Workload, sample: list[int], pad_id: int
+) -> Throughput:
+    with Timer() as t:
+        for i in tqdm(sample, desc="hf one at a time", unit="req"):
+            hf_generate(model, [work.prompts[i]], work.output_lens[i], pad_id)
+    return Throughput(t.wall, t.cpu, sum(work.output_lens[i] for i in sample), len(sample))
+
+
+def run_hf_static(model: AutoModelForCausalLM, work: Workload, batch_size: int, pad_id: int) -> Throughput:
+    batches = [
+        list(range(i, min(i + batch_size, len(work.prompts))))
+        for i in range(0, len(work.prompts), batch_size)
+    ]
+    with Timer() as t:
+        for batch in tqdm(batches, desc=f"hf static batches of {batch_size}", unit="batch"):
+            hf_generate(
+                model, [work.prompts[i] for i in batch], max(work.output_lens[i] for i in batch), pad_id
+            )
+    return Throughput(t.wall, t.cpu, sum(work.output_lens), len(work.prompts))
+
+
+def engine_decode_steps_s(engine: LLMEngine, prompt: list[int], steps: int) -> list[float]:
+    engine.add_request(
+        "decode-probe", prompt, SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
+    )
+    engine.step()  # the prefill
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        engine.step()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def hf_decode_step_s(model: AutoModelForCausalLM, prompt: list[int], steps: int, pad_id: int) -> float:
+    start = time.perf_counter()
+    hf_generate(model, [prompt], 1, pad_id)
+    prefill = time.perf_counter() - start
+    start = time.perf_counter()
+    hf_generate(model, [prompt], steps + 1, pad_id)
+    return (time.perf_counter() - start - prefill) / steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", type=Path, help="model directory (default: a fresh bench-60m tiny model)")
+    parser.add_argument("--quick", action="store_true", help="a small smoke run (seconds, not minutes)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's concurrent sequences")
+    parser.add_argument("--static-batch-size", type=int, help="default: --max-num-seqs")
+    parser.add_argument(
+        "--sequential-sample",
+        type=int,
+        default=16,
+        help="requests measured one at a time (throughput extrapolates to all)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=torch.get_num_threads(), help="torch threads for both sides"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.sequential_sample, args.max_num_seqs = 8, 4, 8
+    prompt_lens, output_lens = ((16, 64), (4, 16)) if args.quick else ((64, 512), (16, 256))
+    static_batch = args.static_batch_size or args.max_num_seqs
+    torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = args.model or make_tiny_model(Path(tmp) / "bench-60m", preset="bench-60m")
+        engine = LLMEngine.from_model_dir(
+            model_dir,
+            num_threads=args.threads,
+            max_num_seqs=args.max_num_seqs,
+            kv_cache_tokens=args.max_num_seqs * (prompt_lens[1] + output_lens[1]),
+            max_model_len=prompt_lens[1] + output_lens[1],
+        )
+        hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None  # like ignore_eos: every request runs its full length
+    pad_id = engine.tokenizer.token_to_id("<pad>") or 0
+    vocab = engine.tokenizer.vocab_size
+    work = make_workload(args.requests, prompt_lens, output_lens, vocab, args.seed)
+    sample = sorted(
+        random.Random(args.seed).sample(range(args.requests), min(args.sequential_sample, args.requests))
+    )
+    warm = make_workload(2, (8, 16), (2, 4), vocab, args.seed + 1)
+
+    with torch.inference_mode():
+        engine.generate(warm.prompts, SamplingParams(max_tokens=4, temperature=0.0))
+        hf_generate(hf, warm.prompts, 4, pad_id)
+        results = {
+            "engine": run_engine(engine, work),
+            "hf_sequential": run_hf_sequential(hf, work, sample, pad_id),
+            "hf_static": run_hf_static(hf, work, static_batch, pad_id),
+        }
+        probe, steps = work.prompts[0][:128], 16 if args.quick else 64
+        engine_steps = engine_decode_steps_s(engine, probe, steps)
+        decode = {
+            "engine_ms": statistics.median(engine_steps) * 1e3,
+            "engine_best_ms": min(engine_steps) * 1e3,
+            "hf_ms": hf_decode_step_s(hf, probe, steps, pad_id) * 1e3,
+        }
+    bandwidth = read_bandwidth_gbs(gib=1 if args.quick else 2)
+    params = list(engine.model_runner.model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in params)
+    embedding = engine.model_runner.model.model.embed_tokens.weight
+    # A decode step reads one embedding row, so the untied table barely counts towards its traffic.
+    streamed_bytes = weight_bytes - (0 if engine.model_config.tie_word_embeddings else embedding.numel() * 4)
+    decode["floor_ms"] = weight_bytes / bandwidth / 1e6
+    decode["floor_streamed_ms"] = streamed_bytes / bandwidth / 1e6
+    decode["engine_vs_floor"] = decode["engine_ms"] / decode["floor_ms"]
+    decode["engine_vs_streamed_floor"] = decode["engine_ms"] / decode["floor_streamed_ms"]
+
+    engine_result = results["engine"]
+    ratios = {
+        name: engine_result.tokens_per_s / r.tokens_per_s for name, r in results.items() if name != "engine"
+    }
+    cpu_ratios = {
+        name: engine_result.tokens_per_cpu_s / r.tokens_per_cpu_s
+        for name, r in results.items()
+        if name != "engine"
+    }
+    report = {
+        "machine": {
+            "cpu": cpu_name(),
+            "threads": args.threads,
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            "load_average_1m_at_end": os.getloadavg()[0],
+        },
+        "workload": {
+            "requests": args.requests,
+            "prompt_tokens": prompt_lens,
+            "output_tokens": output_lens,
+            "total_prompt_tokens": sum(map(len, work.prompts)),
+            "total_output_tokens": sum(work.output_lens),
+            "engine_max_num_seqs": args.max_num_seqs,
+            "static_batch_size": static_batch,
+            "sequential_sample": len(sample),
+            "model_params": sum(p.numel() for p in params),
+            "seed": args.seed,
+        },
+        "throughput": {
+            name: {**asdict(r), "tokens_per_s": r.tokens_per_s, "tokens_per_cpu_s": r.tokens_per_cpu_s}
+            for name, r in results.items()
+        },
+        "speedup": ratios,
+        "speedup_cpu_time": cpu_ratios,
+        "decode_batch1": decode,
+        "read_bandwidth_gbs": bandwidth,
+    }
+
+    print(
+        f"\nmodel: {report['workload']['model_params'] / 1e6:.1f}M params fp32, {cpu_name()}, "
+        f"{args.threads} threads"
+    )
+    print(
+        f"workload: {args.requests} requests, prompts {prompt_lens[0]}-{prompt_lens[1]} tokens, "
+        f"outputs {output_lens[0]}-{output_lens[1]} tokens\n"
+    )
+    print(f"{'method':<48}{'tok/s':>9}{'speedup':>9}{'tok/CPU-s':>11}{'speedup':>9}")
+    labels = {
+        "engine": f"kubeinfer engine (up to {args.max_num_seqs} sequences)",
+        "hf_sequential": f"transformers, one at a time ({len(sample)}/{args.requests} run)",
+        "hf_static": f"transformers, static batches of {static_batch}",
+    }
+    for name, r in results.items():
+        print(
+            f"{labels[name]:<48}{r.tokens_per_s:>9.1f}{ratios.get(name, 1.0):>8.2f}x"
+            f"{r.tokens_per_cpu_s:>11.1f}{cpu_ratios.get(name, 1.0):>8.2f}x"
+        )
+    print("(speedup: the engine's throughput over that row's; CPU-s: per second of this process's CPU time)")
+    print(
+        f"\nbatch-1 decode step: engine {decode['engine_ms']:.2f} ms median, "
+        f"{decode['engine_best_ms']:.2f} ms best; transformers {decode['hf_ms']:.2f} ms"
+    )
+    print(
+        f"floor, all {weight_bytes / 1e6:.0f} MB of weights at {bandwidth:.1f} GB/s: "
+        f"{decode['floor_ms']:.2f} ms -> engine median at {decode['engine_vs_floor']:.2f}x"
+    )
+    print(
+        f"floor, the {streamed_bytes / 1e6:.0f} MB a step streams (embedding table excluded): "
+        f"{decode['floor_streamed_ms']:.2f} ms -> engine median at {decode['engine_vs_streamed_floor']:.2f}x"
+    )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
