@@ -25,7 +25,7 @@ $(VENV_STAMP): pyproject.toml
 
 venv: $(VENV_STAMP)
 
-# Debian packages (iproute2, iptables, Prometheus, ...) and the Go-built Kubernetes binaries,
+# Debian packages (iproute2, iptables, ...) and the Go-built binaries (Kubernetes, etcd, helm, Prometheus),
 # cached outside the repo by version.
 deps: venv
 	bash e2e/install_deps.sh

@@ -24,10 +24,10 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).parent))  # the sim package next to this script
 
-from kubeinfer_operator.autoscaling import ScalingConfig, Targets  # noqa: E402
-from sim.cluster import Cluster, Result, ServerModel  # noqa: E402
-from sim.policies import ConcurrencyTarget, Fixed, Oracle, Ours, Policy, WaitingThreshold  # noqa: E402
-from sim.workload import TRACES, Shape, load_profile, make_requests  # noqa: E402
+from kubeinfer_operator.autoscaling import ScalingConfig, Targets
+from sim.cluster import Cluster, Policy, Result, ServerModel
+from sim.policies import ConcurrencyTarget, Fixed, Oracle, Ours, WaitingThreshold
+from sim.workload import TRACES, Shape, load_profile, make_requests
 
 ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
 
@@ -35,6 +35,7 @@ ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
 @dataclass(frozen=True)
 class Row:
     trace: str
+    seed: int
     policy: str
     attainment: float
     replica_s: float
@@ -102,7 +103,7 @@ def simulate_trace(
 
     # The oracle: the highest utilization (cheapest plan) that still meets the attainment goal.
     oracle: Result | None = None
-    for tried, u in enumerate(ORACLE_UTILIZATIONS, 1):
+    for u in ORACLE_UTILIZATIONS:
         plan = Oracle.build(requests, setup.model, seconds, u, min_replicas=1)
         result = run(plan, plan.initial())
         if oracle is None or result.attainment(setup.ttft_slo_s) > oracle.attainment(setup.ttft_slo_s):
@@ -110,7 +111,7 @@ def simulate_trace(
         if result.attainment(setup.ttft_slo_s) >= setup.goal:
             oracle = result
             break
-    progress.update(len(ORACLE_UTILIZATIONS) - tried)
+    progress.update(len(ORACLE_UTILIZATIONS) - 1 - ORACLE_UTILIZATIONS.index(u))
     assert oracle is not None
 
     initial = math.ceil(load[:60].mean() / setup.calibration.utilization)
@@ -121,10 +122,35 @@ def simulate_trace(
         "oracle": oracle,
     }
     rows = [
-        Row(trace, name, r.attainment(setup.ttft_slo_s), r.replica_s, r.replica_s / oracle.replica_s, r.scale_events)
+        Row(
+            trace,
+            seed,
+            name,
+            r.attainment(setup.ttft_slo_s),
+            r.replica_s,
+            r.replica_s / oracle.replica_s,
+            r.scale_events,
+        )
         for name, r in results.items()
     ]
     return rows, results, load
+
+
+def summarize(rows: list[Row]) -> dict[tuple[str, str], dict[str, float]]:
+    """Means over seeds per (trace, policy), and the worst seed's attainment."""
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.trace, r.policy), []).append(r)
+    return {
+        key: {
+            "attainment": float(np.mean([r.attainment for r in group])),
+            "worst": min(r.attainment for r in group),
+            "replica_s": float(np.mean([r.replica_s for r in group])),
+            "vs_oracle": float(np.mean([r.vs_oracle for r in group])),
+            "scale_events": float(np.mean([r.scale_events for r in group])),
+        }
+        for key, group in groups.items()
+    }
 
 
 def plot(trace: str, load: np.ndarray, results: dict[str, Result], path: Path) -> None:
@@ -148,11 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", default=",".join(TRACES), help=f"comma-separated, of {list(TRACES)}")
     p.add_argument("--duration", type=float, help="cut every trace to this many seconds")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="first seed")
+    p.add_argument("--seeds", type=int, default=3, help="how many seeds per trace (load and request sizes)")
     p.add_argument("--ttft-slo", type=float, default=1.0, help="TTFT target, seconds")
     p.add_argument("--goal", type=float, default=0.99, help="attainment the oracle must reach")
     p.add_argument(
-        "--utilization", type=float, default=0.85, help="steady utilization ours and the concurrency target aim at"
+        "--utilization",
+        type=float,
+        default=0.85,
+        help="steady utilization ours and the concurrency target aim at",
     )
     p.add_argument("--max-replicas", type=int, default=40)
     p.add_argument("--waiting-threshold", type=float, default=5, help="KEDA baseline: waiting per replica")
@@ -178,37 +208,53 @@ def main(argv: list[str] | None = None) -> int:
         kv_capacity_tokens=args.max_batch * (shape.prompt_mean + shape.output_mean),
         load_delay_s=args.load_delay,
     )
-    prompt, output = shape.draw(200_000, np.random.default_rng(args.seed))
+    prompt, output = shape.draw(200_000, np.random.default_rng(12345))
     replica_rps = 1 / float(model.work_s(prompt, output).mean())
     calibration = Calibration.measure(model, shape, replica_rps, args.utilization)
     setup = Setup(
-        model, shape, replica_rps, calibration, args.ttft_slo, args.goal, args.max_replicas, args.waiting_threshold,
+        model,
+        shape,
+        replica_rps,
+        calibration,
+        args.ttft_slo,
+        args.goal,
+        args.max_replicas,
+        args.waiting_threshold,
         args.dt,
     )
+    seeds = range(args.seed, args.seed + args.seeds)
     rows: list[Row] = []
-    with tqdm(total=len(traces) * (3 + len(ORACLE_UTILIZATIONS)), desc="simulating", unit="run") as progress:
+    total = len(traces) * len(seeds) * (3 + len(ORACLE_UTILIZATIONS))
+    with tqdm(total=total, desc="simulating", unit="run") as progress:
         for trace in traces:
-            trace_rows, results, load = simulate_trace(trace, setup, args.seed, args.duration, progress)
-            rows += trace_rows
-            if args.plot_dir:
-                args.plot_dir.mkdir(parents=True, exist_ok=True)
-                plot(trace, load, results, args.plot_dir / f"autoscaling-{trace}.png")
+            for seed in seeds:
+                trace_rows, results, load = simulate_trace(trace, setup, seed, args.duration, progress)
+                rows += trace_rows
+                if args.plot_dir and seed == args.seed:
+                    args.plot_dir.mkdir(parents=True, exist_ok=True)
+                    plot(trace, load, results, args.plot_dir / f"autoscaling-{trace}.png")
 
     print(f"\nTTFT target {args.ttft_slo:g} s, model load {args.load_delay:g} s, maxNumSeqs {args.max_batch}")
     print(
         f"a replica serves {replica_rps:.2f} req/s at full batch; at {args.utilization:.0%} of that it holds "
-        f"{calibration.in_flight:.1f} requests in flight (the concurrency target) and {calibration.kv_usage:.2f} "
-        "KV use (our KV target)"
+        f"{calibration.in_flight:.1f} requests in flight (the concurrency target) "
+        f"and {calibration.kv_usage:.2f} KV use (our KV target)"
     )
-    print(f"{'trace':<9}{'policy':<13}{'attainment':>11}{'replica-s':>11}{'vs oracle':>10}{'scalings':>9}")
-    for r in rows:
-        print(
-            f"{r.trace:<9}{r.policy:<13}{r.attainment:>10.2%}{r.replica_s:>11.0f}"
-            f"{r.vs_oracle:>10.2f}{r.scale_events:>9}"
-        )
+    print(f"means over seeds {list(seeds)}")
+    print(f"{'trace':<9}{'policy':<13}{'attainment':>11}{'worst':>8}", end="")
+    print(f"{'replica-s':>11}{'vs oracle':>10}{'scalings':>9}")
+    for (trace, policy), g in summarize(rows).items():
+        print(f"{trace:<9}{policy:<13}{g['attainment']:>10.2%}{g['worst']:>8.1%}", end="")
+        print(f"{g['replica_s']:>11.0f}{g['vs_oracle']:>10.2f}{g['scale_events']:>9.0f}")
     if args.json:
         settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-        report = {"settings": settings, "calibration": asdict(calibration), "rows": [asdict(r) for r in rows]}
+        summary = [{"trace": t, "policy": p, **g} for (t, p), g in summarize(rows).items()]
+        report = {
+            "settings": settings,
+            "calibration": asdict(calibration),
+            "summary": summary,
+            "rows": [asdict(r) for r in rows],
+        }
         args.json.write_text(json.dumps(report, indent=2))
     return 0
 

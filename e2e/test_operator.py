@@ -155,7 +155,10 @@ def test_tiny_example_becomes_ready_and_answers(operator: Any, tiny: dict[str, A
     assert condition(tiny, "Ready")["status"] == "True"
     # GitOps-safe: the operator wrote status and nothing else, and holds no finalizer
     assert not tiny["metadata"].get("finalizers")
-    ours = [m for m in tiny["metadata"]["managedFields"] if m["manager"] == "kubeinfer-operator"]
+    fields = get(operator, "infsvc", "tiny", "-n", NAMESPACE, "--show-managed-fields")["metadata"][
+        "managedFields"
+    ]
+    ours = [m for m in fields if m["manager"] == "kubeinfer-operator"]
     assert ours and {m.get("subresource") for m in ours} == {"status"}
     assert status["observedGeneration"] == tiny["metadata"]["generation"]
     assert status["readyReplicas"] == 1 and status["desiredReplicas"] == 1

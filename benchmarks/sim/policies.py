@@ -7,10 +7,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
-from sim.cluster import Cluster, Policy, ServerModel
+from sim.cluster import Cluster, ServerModel
 from sim.workload import Requests
 
 
@@ -33,7 +32,6 @@ class Fixed:
 
     replicas: int
     after_s: float = 120  # past the start-up transient
-    name: str = "fixed"
     in_flight: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -51,7 +49,6 @@ class Ours:
 
     config: ScalingConfig
     interval_s: float = 15
-    name: str = "ours"
     state: ScalingState = field(default_factory=ScalingState)
 
     def __post_init__(self) -> None:
@@ -95,7 +92,6 @@ class ConcurrencyTarget:
     target_per_pod: float
     min_replicas: int
     max_replicas: int
-    name: str = "concurrency"
     stable_s: float = 60
     panic_s: float = 6
     panic_threshold: float = 2.0
@@ -114,7 +110,10 @@ class ConcurrencyTarget:
             return None
         stable = np.mean([c for _, c in self.samples])
         panic = np.mean([c for s, c in self.samples if s > t - self.panic_s])
-        want_stable, want_panic = math.ceil(stable / self.target_per_pod), math.ceil(panic / self.target_per_pod)
+        want_stable, want_panic = (
+            math.ceil(stable / self.target_per_pod),
+            math.ceil(panic / self.target_per_pod),
+        )
         if want_panic >= self.panic_threshold * max(cluster.ready, 1):
             self.panic_until = t + self.stable_s
         if t < self.panic_until:
@@ -133,7 +132,6 @@ class WaitingThreshold:
     threshold: float
     min_replicas: int
     max_replicas: int
-    name: str = "waiting"
     poll_s: float = 30
     cooldown_s: float = 300
 
@@ -164,17 +162,21 @@ class Oracle:
     plan: np.ndarray  # replicas needed per bucket
     bucket_s: float
     load_delay_s: float
-    name: str = "oracle"
 
     def __post_init__(self) -> None:
         self.timer = Every(self.bucket_s)
 
     @classmethod
     def build(
-        cls, requests: Requests, model: ServerModel, duration: float, utilization: float, min_replicas: int,
+        cls,
+        requests: Requests,
+        model: ServerModel,
+        duration: float,
+        utilization: float,
+        min_replicas: int,
         bucket_s: float = 15,
     ) -> Oracle:
-        buckets = int(math.ceil(duration / bucket_s))
+        buckets = math.ceil(duration / bucket_s)
         work = np.bincount(
             (requests.arrival // bucket_s).astype(int),
             weights=model.work_s(requests.prompt, requests.output),
@@ -191,5 +193,5 @@ class Oracle:
             return None
         k = int(t // self.bucket_s)
         # What is needed from the previous bucket (its requests still run) to one load delay from now.
-        ahead = int(math.ceil(self.load_delay_s / self.bucket_s))
+        ahead = math.ceil(self.load_delay_s / self.bucket_s)
         return int(self.plan[max(k - 1, 0) : k + ahead + 1].max())

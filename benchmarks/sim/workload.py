@@ -77,9 +77,7 @@ def load_profile(trace: str, rng: np.random.Generator, duration: float | None = 
     return shape(np.arange(int(duration or natural), dtype=float), rng)
 
 
-def make_requests(
-    load: np.ndarray, replica_rps: float, shape: Shape, rng: np.random.Generator
-) -> Requests:
+def make_requests(load: np.ndarray, replica_rps: float, shape: Shape, rng: np.random.Generator) -> Requests:
     """Poisson arrivals following the profile; replica_rps converts replicas' worth to requests/s."""
     counts = rng.poisson(load * replica_rps)
     arrival = np.sort(np.repeat(np.arange(len(load)), counts) + rng.random(counts.sum()))

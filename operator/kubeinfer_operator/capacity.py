@@ -231,6 +231,8 @@ def plan(
         raise ValueError("gpu memory must be positive")
     if gpus < 1:
         raise ValueError(f"gpus must be at least 1, got {gpus}")
+    if reserve_bytes < 0:
+        raise ValueError(f"reserve must not be negative, got {reserve_bytes} bytes")
     if not 0 < memory_utilization <= 1:
         raise ValueError(f"memory utilization must be in (0, 1], got {memory_utilization:g}")
     context_length = context_length or shape.max_position_embeddings
@@ -278,7 +280,10 @@ def plan(
                     f"even one sequence misses TPOT {tpot_target_s * 1000:g} ms: reading the weights "
                     f"takes {weights / bandwidth * 1000:.1f} ms per token at {mbu:.0%} of peak bandwidth"
                 )
-    limits = [seqs_at_avg, MAX_SUGGESTED_SEQS] + ([] if seqs_within_tpot is None else [seqs_within_tpot])
+    # A TPOT target no batch meets still leaves one sequence at a time (the note says it misses).
+    limits = [seqs_at_avg, MAX_SUGGESTED_SEQS] + (
+        [] if seqs_within_tpot is None else [max(1, seqs_within_tpot)]
+    )
     return Plan(
         params=params,
         dtype=weight_dtype,

@@ -61,7 +61,10 @@ class Operator:
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    config = load_settings()
+    try:
+        config = load_settings()
+    except ValueError as error:  # a bad chart value: stop with its name rather than retry forever
+        raise kopf.PermanentError(str(error)) from None
     logging.getLogger("kubeinfer_operator").setLevel(config.log_level)
     if config.log_level != "DEBUG":  # kopf logs every watch event, aiohttp every liveness probe
         for name in ("kopf.objects", "aiohttp.access"):
@@ -93,8 +96,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
 @kopf.on.cleanup()
 async def stop(memo: kopf.Memo, **_: Any) -> None:
-    if memo.operator.leadership is not None:
-        await asyncio.to_thread(memo.operator.leadership.release)
+    operator: Operator | None = memo.get("operator")  # absent when start failed
+    if operator is not None and operator.leadership is not None:
+        await asyncio.to_thread(operator.leadership.release)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

@@ -79,6 +79,19 @@ def _status(
     return status, tuple(transitions(previous, conditions))
 
 
+def _stable_revision(
+    previous: str | None, current: RevisionView | None, older: tuple[RevisionView, ...], desired: int
+) -> str | None:
+    """The revision that serves: the current one once all its replicas are ready, else the one
+    that served before while it still runs (mid-scale, mid-rollout), else any old one still running."""
+    if current is not None and current.serves(desired):
+        return current.revision
+    running = {v.revision for v in (*older, *([current] if current else []))}
+    if previous in running:
+        return previous
+    return older[0].revision if older else None
+
+
 def plan(
     isvc: dict[str, Any],
     spec: InferenceServiceSpec,
@@ -113,13 +126,6 @@ def plan(
         kv_condition,
     ]
     previous_stable = (isvc.get("status") or {}).get("stableRevision")
-    running = {v.revision for v in (*remaining, *([current] if current else []))}
-    if current is not None and current.serves(desired):
-        stable = current.revision
-    elif previous_stable in running:  # e.g. mid-scale: the stable revision is the one it was
-        stable = previous_stable
-    else:
-        stable = remaining[0].revision if remaining else None
     status, changed = _status(
         isvc,
         conditions,
@@ -130,7 +136,7 @@ def plan(
             "desiredReplicas": desired,
             "selector": _selector_string(owner.name),
             "url": url,
-            "stableRevision": stable,
+            "stableRevision": _stable_revision(previous_stable, current, remaining, desired),
             "kvCapacity": capacity or None,
         },
     )

@@ -56,25 +56,27 @@ def test_measured_latencies_match_the_servers_settings(synthetic_server: StartSe
     # would show up as TTFT and blur what this test checks.
     run_ = run(url, requests(12, input_tokens=30, output_tokens=6), LoadPoint(max_concurrency=2))
     assert run_.stats.completed == 12 and run_.stats.failed == 0
-    # A client never sees a token before the server sends it; the slack above is for a busy CI machine.
+    # A client never sees a token before the server sends it: lower bounds are exact. Upper bounds
+    # leave room for a busy CI machine; the medians show how close client and server agree.
     for r in run_.results:
         assert r.prompt_tokens == 30 and r.output_tokens == 6  # from the server's usage chunk
-        assert 0.150 <= r.ttft <= 0.250
-        assert 0.300 <= r.e2e <= 0.400  # ttft + 5 gaps of 30 ms
-        assert r.tpot == pytest.approx(0.030, abs=0.01)
+        assert 0.150 <= r.ttft <= 0.400
+        assert 0.300 <= r.e2e <= 0.550  # ttft + 5 gaps of 30 ms
         assert len(r.itls) == 5
-    assert run_.stats.itl.mean == pytest.approx(0.030, abs=0.005)
     assert run_.stats.ttft.p50 == pytest.approx(0.150, abs=0.03)
     assert run_.stats.e2e.p50 == pytest.approx(0.300, abs=0.05)
+    assert run_.stats.tpot.p50 == pytest.approx(0.030, abs=0.005)
+    assert run_.stats.itl.p50 == pytest.approx(0.030, abs=0.005)
     assert run_.stats.output_token_throughput == pytest.approx(12 * 6 / run_.stats.duration_s)
 
 
 def test_chat_requests_are_timed_from_delta_content(synthetic_server: StartServer) -> None:
     url = synthetic_server("--ttft", "60ms", "--itl", "10ms")
     chat = [RequestSpec(None, [{"role": "user", "content": "one two three"}], 5) for _ in range(4)]
-    run_ = run(url, chat, LoadPoint())
+    run_ = run(url, chat, LoadPoint(max_concurrency=2))
     assert [(r.prompt_tokens, r.output_tokens, len(r.chunk_times)) for r in run_.results] == [(3, 5, 5)] * 4
-    assert all(0.060 <= r.ttft <= 0.110 for r in run_.results)
+    assert all(0.060 <= r.ttft <= 0.300 for r in run_.results)
+    assert run_.stats.ttft.p50 == pytest.approx(0.060, abs=0.03)
 
 
 def test_fixed_concurrency_never_exceeds_its_limit(synthetic_server: StartServer) -> None:
@@ -128,7 +130,7 @@ def test_rate_sweep_finds_the_knee_where_the_slo_breaks(
     out = tmp_path / "sweep.json"
     code = bench_main([
         "--url", url, "--num-requests", "20", "--input-len", "8", "--output-len", "8", "--no-progress",
-        "--request-rate", "8,16,150", "--slo", "ttft.p95=80ms", "--json", str(out),
+        "--request-rate", "8,16,150", "--slo", "ttft.p95=150ms", "--json", str(out),
         "--plot", str(tmp_path / "s"),
     ])  # fmt: skip
     assert code == 0
@@ -136,7 +138,7 @@ def test_rate_sweep_finds_the_knee_where_the_slo_breaks(
     verdicts = [(p["rate"], p["slo"]["met"]) for p in document["points"]]
     assert verdicts == [(8.0, True), (16.0, True), (150.0, False)]
     assert document["knee"]["rate"] == 16.0 and document["knee"]["rule"] == "slo"
-    assert document["points"][2]["ttft"]["p95"] > 0.08  # queueing for a slot shows as TTFT
+    assert document["points"][2]["ttft"]["p95"] > 0.15  # queueing for a slot shows as TTFT
     for name in ("s-cdf.png", "s-knee.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -51,7 +51,8 @@ def test_tpot_slo_caps_the_batch_by_the_decode_roofline() -> None:
     assert p.seqs_within_tpot == int((0.02 * bandwidth - p.weights_bytes) / (2048 * 131072))
     assert p.suggested_max_num_seqs == p.seqs_within_tpot < p.seqs_at_avg
     hopeless = plan(shape, 80 * GIB, bandwidth_bytes_s=300e9, tpot_target_s=0.01)
-    assert hopeless.seqs_within_tpot == 0 and "even one sequence misses TPOT 10 ms" in hopeless.notes[-1]
+    assert hopeless.seqs_within_tpot == 0 and hopeless.suggested_max_num_seqs == 1
+    assert "even one sequence misses TPOT 10 ms" in hopeless.notes[-1]
 
 
 def test_a_sequence_longer_than_the_kv_budget_does_not_fit() -> None:

@@ -229,7 +229,9 @@ class NodeAgent:
         return self.kubelet.services()
 
     def image_entrypoint(self, image: str) -> list[str]:
-        repo = image.split("@")[0].rsplit(":", 1)[0] if ":" in image.split("/")[-1] else image.split("@")[0]
+        """The configured stand-in for an image's entrypoint, by repository (registry/name, no tag)."""
+        name = image.split("@")[0]
+        repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
         return list(self.cfg.get("image_entrypoints", {}).get(repo, []))
 
     def event(self, pod: Obj, reason: str, message: str, warning: bool) -> None:

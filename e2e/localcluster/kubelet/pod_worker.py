@@ -14,7 +14,7 @@ from .. import network
 from . import launcher, status
 from .api import ApiError, now, path
 from .container import Container, Launch
-from .podenv import ConfigError, PodFacts, container_env, expand
+from .podenv import ConfigError, Lookup, PodFacts, container_env, expand
 from .probes import Target
 from .volumes import PodVolumes, get_data
 
@@ -83,7 +83,8 @@ class PodWorker(threading.Thread):
         self._setup_sandbox()
         last_refresh = 0.0
         while not self._deleting():
-            if time.monotonic() - last_refresh > VOLUME_REFRESH_SECONDS or not self.volumes_ready:
+            stale = time.monotonic() - last_refresh > VOLUME_REFRESH_SECONDS or not self.volumes_ready
+            if stale and not self.final_phase:
                 self._refresh_volumes()
                 last_refresh = time.monotonic()
             self._tick()
@@ -271,7 +272,7 @@ class PodWorker(threading.Thread):
             argv=full, env=env, target=lambda pid: Target(pod_ip=pod_ip, pid=pid, env=env, ports=ports)
         )
 
-    def _text_lookup(self, kind: str):  # type: ignore[no-untyped-def]
+    def _text_lookup(self, kind: str) -> Lookup:
         def lookup(namespace: str, name: str) -> dict[str, str] | None:
             data = get_data(self.node.api, kind, namespace, name)
             return None if data is None else {k: v.decode(errors="replace") for k, v in data.items()}

@@ -4,11 +4,13 @@ The core is the HPA's: desired = max over signals of ceil(ready x value / target
 stabilization windows over past recommendations and a bound on the scale-up rate. On top of it sit the
 guards LLM serving needs (the operator research notes list the issues each one answers):
 - capacity already there or on the way absorbs a backlog: no scale-up while replicas start, while the
-  queue shrinks, or while replicas that just turned ready are not yet in the signal windows (no
+  queue shrinks, or while the signal windows still show the capacity before the last change (no
   cascades on slow model loads);
 - pods that cannot be scheduled stop scale-up and raise ScalingLimited naming the missing resource;
-- scale-down only to a count whose replicas stay under every target once the load moves onto them;
+- scale-down is paced, and only to a count whose replicas stay under every target once the load moves
+  onto them; a service not yet watched for a whole scale-down window does not scale down;
 - no metrics holds the current count (never "zero load, drop to min").
+The state the stabilization needs is returned, not kept: the caller persists it (plain JSON).
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ WAITING_PER_REPLICA = "waiting_per_replica"  # WAITING / ready replicas (what is
 
 @dataclass(frozen=True)
 class Targets:
-    """Per-replica targets; None switches a signal off."""
+    """Per-replica targets; None switches a signal off.
+
+    The defaults suit a 1 s TTFT objective: a quarter of it for the queue-time p95, half for the oldest
+    wait, the rest for prefill. KV use climbs steeply near saturation on an engine whose step time grows
+    with the batch: on this repo's engine (CPU), 0.47 is 85% of full-batch throughput
+    (benchmarks/autoscaling_sim.py measures it), so 0.5 leaves headroom where 0.7 would leave ~7%.
+    """
 
     queue_time_p95_s: float | None = 0.25
     oldest_wait_s: float | None = 0.5
@@ -98,7 +106,7 @@ class ScalingState:
     """What the policy remembers between decisions; round-trips through plain JSON (to_dict/from_dict)."""
 
     recommendations: tuple[tuple[float, int], ...] = ()  # (time, replicas), for the stabilization windows
-    watching_since: float | None = None  # first decision with metrics: no scale-down before a full window
+    watching_since: float | None = None  # first decision with data: no scale-down before a full window
     last_waiting: float | None = None  # at the last decision: is the queue growing or draining?
     last_ready: int | None = None  # at the last decision: did the ready count change?
     hold_up_until: float = 0.0  # settling: see ScalingConfig.settle_s
@@ -181,13 +189,12 @@ class Decision:
 
 def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tuple[Decision, ScalingState]:
     current = obs.replicas
-    clamp = lambda n: min(max(n, config.min_replicas), config.max_replicas)  # noqa: E731
     limited = _unschedulable(obs)
     keep = max(config.scale_up_window_s, config.scale_down_window_s)
     recent = tuple(r for r in state.recommendations if r[0] > obs.now - keep)
 
     def hold(why: str, metrics: Condition) -> tuple[Decision, ScalingState]:
-        desired = clamp(current)
+        desired = _clamp(config, current)
         conditions = (metrics, limited or _within_range())
         decision = _decision(config, obs, desired, (), f"{_verb(current, desired)}: {why}", conditions)
         return decision, replace(state, recommendations=recent)
@@ -203,44 +210,75 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
         return hold("no signal has data", available)
 
     raw = max(t.proposal for t in terms)
-    recommendation = clamp(raw)
+    recommendation = _clamp(config, raw)
+    watching_since = obs.now if state.watching_since is None else state.watching_since
+    after, absorbed = _remember(config, obs, state)
     notes: list[str] = []
-    waiting = obs.signals.get(WAITING)
-    backlog = (config.targets.waiting_per_replica or 1.0) * obs.ready
-    draining = (
-        state.last_waiting is not None and waiting is not None and backlog < state.last_waiting > waiting
-    )
-    grew = state.last_ready is not None and obs.ready > state.last_ready
-    shrank = state.last_ready is not None and obs.ready < state.last_ready
-    after = replace(
-        state,
-        watching_since=obs.now if state.watching_since is None else state.watching_since,
-        last_waiting=waiting,
-        last_ready=obs.ready,
-        hold_up_until=obs.now + config.settle_s if grew or draining else state.hold_up_until,
-        hold_down_until=obs.now + config.settle_s if grew or shrank or draining else state.hold_down_until,
-    )
-    # A backlog growing while the ready count stood still is new load: settling does not hold it back.
-    growing = not grew and state.last_waiting is not None and waiting is not None and waiting > max(
-        state.last_waiting, backlog
-    )
-    if recommendation > current and (obs.starting or (obs.now < after.hold_up_until and not growing)):
-        # Capacity on the way, or a queue already shrinking, will absorb the backlog the signals show:
-        # adding replicas for it is how slow model loads turn into scale-up cascades.
-        recommendation = current
-        why = f"{obs.starting} replica(s) still starting" if obs.starting else "settling"
-        notes.append(f"scale-up held: {why}")
+    if recommendation > current and absorbed:
+        recommendation = current  # recorded as such: the scale-up window then holds it back too
+        notes.append(f"scale-up held: {absorbed}")
     history = (*recent, (obs.now, recommendation))
     up = min(n for t, n in history if t > obs.now - config.scale_up_window_s or t == obs.now)
     down = max(n for t, n in history if t > obs.now - config.scale_down_window_s or t == obs.now)
-    if after.watching_since > obs.now - config.scale_down_window_s:  # type: ignore[operator]
+    if watching_since > obs.now - config.scale_down_window_s:
         down = max(down, current)  # not watched a whole window yet (new service, lost state): no scale-down
     desired = up if up > current else down if down < current else current
     if recommendation > current and desired == current:
         notes.append(f"scale-up stabilizing ({config.scale_up_window_s:g}s window)")
     if recommendation < current and desired > recommendation:
         notes.append(f"scale-down stabilizing ({config.scale_down_window_s:g}s window)")
+    desired = _limit(config, obs, after, terms, desired, notes)
 
+    conditions = (available, limited or _range(config, raw))
+    driver = max(terms, key=lambda t: t.proposal)
+    why = f"{driver.signal}={driver.value:.3g} (target {driver.target:g}) proposes {driver.proposal}"
+    reason = "; ".join([f"{_verb(current, desired)}: {why}", *notes])
+    decision = _decision(config, obs, desired, tuple(terms), reason, conditions)
+    return decision, replace(after, recommendations=history, watching_since=watching_since)
+
+
+def _remember(config: ScalingConfig, obs: Observation, state: ScalingState) -> tuple[ScalingState, str]:
+    """The state after this observation, and why capacity already there or on the way will absorb the
+    load the signals show ('' if it will not): adding replicas for a backlog that starting replicas, or a
+    queue already shrinking, will clear is how slow model loads turn into scale-up cascades."""
+    assert obs.signals is not None
+    waiting, before = obs.signals.get(WAITING), state.last_waiting
+    backlog = (config.targets.waiting_per_replica or 1.0) * obs.ready
+    grew = state.last_ready is not None and obs.ready > state.last_ready
+    shrank = state.last_ready is not None and obs.ready < state.last_ready
+    if before is None or waiting is None:
+        draining = growing = False
+    else:
+        draining = backlog < before > waiting
+        # A backlog growing while the ready count stood still is new load: settling does not hold it back.
+        growing = not grew and waiting > max(before * (1 + config.tolerance), backlog)
+    settle_until = obs.now + config.settle_s
+    after = replace(
+        state,
+        last_waiting=waiting,
+        last_ready=obs.ready,
+        hold_up_until=settle_until if grew or draining else state.hold_up_until,
+        hold_down_until=settle_until if grew or shrank or draining else state.hold_down_until,
+    )
+    if obs.starting:
+        return after, f"{obs.starting} replica(s) still starting"
+    if draining:
+        return after, f"queue draining ({before:g} -> {waiting:g} waiting)"
+    if obs.now < after.hold_up_until and not growing:
+        return after, "settling: the signal windows still show the capacity before the last change"
+    return after, ""
+
+
+def _limit(
+    config: ScalingConfig,
+    obs: Observation,
+    after: ScalingState,
+    terms: list[Term],
+    desired: int,
+    notes: list[str],
+) -> int:
+    """Apply the rate bound, unschedulable pods, settling and the safe scale-down check."""
+    current = obs.replicas
     if desired > current:
         bound = max(math.ceil(current * config.max_scale_up_factor), current + config.max_scale_up_pods)
         if desired > bound:
@@ -253,22 +291,21 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
         desired = current
         notes.append("scale-down held: settling")
     if desired < current:
-        step = max(desired, math.floor(current * (1 - config.max_scale_down_fraction)), 0)
-        desired = min(step, current - 1)
+        paced = min(max(desired, math.floor(current * (1 - config.max_scale_down_fraction))), current - 1)
+        if paced > desired:
+            desired = paced
+            notes.append(f"scale-down paced to {paced}")
     if desired < current and desired < obs.ready:
         # Remove a ready replica only if the survivors, taking its load, stay inside the tolerance band.
         safe = max(math.ceil(obs.ready * t.value / (t.target * (1 - config.tolerance))) for t in terms)
         if safe > desired:
             desired = min(safe, current)
             notes.append(f"kept {desired} so the remaining replicas stay under every target")
-    desired = clamp(desired)
+    return _clamp(config, desired)
 
-    conditions = (available, limited or _range(config, raw))
-    driver = max(terms, key=lambda t: t.proposal)
-    why = f"{driver.signal}={driver.value:.3g} (target {driver.target:g}) proposes {driver.proposal}"
-    reason = "; ".join([f"{_verb(current, desired)}: {why}", *notes])
-    decision = _decision(config, obs, desired, tuple(terms), reason, conditions)
-    return decision, replace(after, recommendations=history)
+
+def _clamp(config: ScalingConfig, n: int) -> int:
+    return min(max(n, config.min_replicas), config.max_replicas)
 
 
 def _terms(config: ScalingConfig, obs: Observation) -> list[Term]:

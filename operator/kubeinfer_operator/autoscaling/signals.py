@@ -64,7 +64,9 @@ def queries(
     labels = {"namespace": namespace, "inferenceservice": name} | ({"track": track} if track else {})
     sel = "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
     out = {
-        QUEUE_TIME: f"histogram_quantile(0.95, sum by (le) (rate({metrics.queue_time}_bucket{sel}[{window}])))",
+        QUEUE_TIME: (
+            f"histogram_quantile(0.95, sum by (le) (rate({metrics.queue_time}_bucket{sel}[{window}])))"
+        ),
         # A point sample of KV usage swings with the batch; the operating level is its short-window mean.
         KV_USAGE: f"avg(avg_over_time({metrics.kv_usage}{sel}[{window}]))",
         WAITING: f"sum({metrics.waiting}{sel})",

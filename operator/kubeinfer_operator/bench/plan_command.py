@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 
+from kubeinfer_operator.bench.client import make_client
 from kubeinfer_operator.bench.command import (
     add_slo_arguments,
     add_target_arguments,
@@ -19,8 +20,12 @@ from kubeinfer_operator.bench.command import (
     positive_float,
     positive_int,
     read_slo,
+    request_factory,
+    resolve_target,
 )
-from kubeinfer_operator.bench.report import json_safe
+from kubeinfer_operator.bench.report import format_sweep, json_safe
+from kubeinfer_operator.bench.runner import LoadPoint, PointResult, find_knee, run_auto_sweep, warm_up
+from kubeinfer_operator.bench.slo import Slo
 from kubeinfer_operator.capacity import GIB, GPUS, NAMED_CONFIGS, ModelShape, Plan, dtype_bytes, plan
 
 
@@ -106,57 +111,36 @@ def _gib(n: float) -> str:
 
 
 def format_plan(name: str, shape: ModelShape, gpu: str, p: Plan) -> str:
+    params = f"{p.params / 1e9:.2f} B" if p.params >= 1e9 else f"{p.params / 1e6:.2f} M"
+    kv_formula = (
+        f"2 x {shape.num_layers} layers x {shape.num_kv_heads} kv heads x {shape.head_dim} head_dim"
+        f" x {dtype_bytes(p.kv_dtype):g} B ({p.kv_dtype})"
+    )
     rows = [
-        (
-            "model",
-            f"{name}: {p.params / 1e9:.2f} B parameters, {p.dtype}"
-            if p.params >= 1e9
-            else f"{name}: {p.params / 1e6:.2f} M parameters, {p.dtype}",
-        ),
+        ("model", f"{name}: {params} parameters, {p.dtype}"),
         ("GPUs", f"{p.gpus} x {gpu} ({_gib(p.gpu_memory_bytes)}), {p.memory_utilization:.0%} for the engine"),
         ("weights", _gib(p.weights_bytes)),
-        (
-            "KV per token",
-            f"{p.kv_bytes_per_token:,} B = 2 x {shape.num_layers} layers x {shape.num_kv_heads} kv heads"
-            f" x {shape.head_dim} head_dim x {dtype_bytes(p.kv_dtype):g} B ({p.kv_dtype})",
-        ),
+        ("KV per token", f"{p.kv_bytes_per_token:,} B = {kv_formula}"),
         ("reserve", f"{_gib(p.reserve_bytes)} (runtime overhead + activations of one batched step)"),
         ("KV budget", f"{_gib(p.kv_budget_bytes)} = {p.kv_tokens:,} tokens"),
         ("at context", f"{p.context_length:,} tokens/sequence -> {p.seqs_at_context:,} sequences"),
         ("at average", f"{p.avg_seq_tokens:,} tokens/sequence -> {p.seqs_at_avg:,} sequences"),
     ]
     if p.tpot_batch1_s is not None:
-        rows.append(
-            (
-                "TPOT roofline",
-                f"{p.tpot_batch1_s * 1000:.1f} ms at batch 1"
-                + (
-                    ""
-                    if p.seqs_within_tpot is None
-                    else f"; {p.seqs_within_tpot:,} sequences within the TPOT SLO"
-                ),
-            )
+        within = (
+            "" if p.seqs_within_tpot is None else f"; {p.seqs_within_tpot:,} sequences within the TPOT SLO"
         )
-    rows.append(
-        (
-            "suggested",
-            f"maxNumSeqs {p.suggested_max_num_seqs}, kvCacheTokens {p.suggested_kv_cache_tokens:,}"
-            if p.fits
-            else "does not fit",
-        )
-    )
+        rows.append(("TPOT roofline", f"{p.tpot_batch1_s * 1000:.1f} ms at batch 1{within}"))
+    suggested = f"maxNumSeqs {p.suggested_max_num_seqs}, kvCacheTokens {p.suggested_kv_cache_tokens:,}"
+    rows.append(("suggested", suggested if p.fits else "does not fit"))
     rows += [("note", note) for note in p.notes]
     return "\n".join(f"{key:<15}{value}" for key, value in rows)
 
 
-def calibrate(args: argparse.Namespace, slo) -> dict:  # type: ignore[no-untyped-def]
+def calibrate(args: argparse.Namespace, slo: Slo) -> dict:
     """A short auto sweep; the knee's achieved throughput is what one replica sustains at the SLO."""
-    from kubeinfer_operator.bench.client import make_client
-    from kubeinfer_operator.bench.command import request_factory, resolve_target
-    from kubeinfer_operator.bench.report import format_sweep
-    from kubeinfer_operator.bench.runner import LoadPoint, find_knee, run_auto_sweep, warm_up
 
-    async def sweep():  # type: ignore[no-untyped-def]
+    async def sweep() -> list[PointResult]:
         rng = random.Random(args.seed)
         async with make_client(args.timeout) as client:
             target = await resolve_target(client, args, args.calibrate)

@@ -1,0 +1,116 @@
+"""PromQL per engine; fetch_signals against a stand-in Prometheus HTTP API (real client, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from kubeinfer_operator.autoscaling import MetricsUnavailable, engine_metrics, fetch_signals
+from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
+from kubeinfer_operator.autoscaling.signals import queries
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
+Answer = Callable[[str], tuple[int, list[dict]]]  # PromQL -> (HTTP status, result vector)
+
+
+def test_builtin_queries_select_the_service_by_relabelled_labels() -> None:
+    q = queries(engine_metrics("builtin"), "team-a", "chat", track="canary")
+    sel = '{namespace="team-a",inferenceservice="chat",track="canary"}'
+    assert q[QUEUE_TIME] == (
+        f"histogram_quantile(0.95, sum by (le) (rate(kubeinfer_request_queue_time_seconds_bucket{sel}[1m])))"
+    )
+    assert q[OLDEST_WAIT] == f"max(kubeinfer_oldest_waiting_request_age_seconds{sel})"
+    assert q[KV_USAGE] == f"avg(avg_over_time(kubeinfer_kv_cache_usage_ratio{sel}[1m]))"
+    assert q[WAITING] == f"sum(kubeinfer_requests_waiting{sel})"
+
+
+def test_vllm_queries_use_vllm_names_and_have_no_age_gauge() -> None:
+    q = queries(engine_metrics("vllm"), "team-a", "chat")
+    assert set(q) == {QUEUE_TIME, KV_USAGE, WAITING}
+    assert (
+        'vllm:request_queue_time_seconds_bucket{namespace="team-a",inferenceservice="chat"}' in q[QUEUE_TIME]
+    )
+    assert "vllm:kv_cache_usage_perc" in q[KV_USAGE]
+    assert "vllm:num_requests_waiting" in q[WAITING]
+    assert all("track" not in promql for promql in q.values())
+
+
+def test_unknown_engine_names_the_field() -> None:
+    with pytest.raises(ValueError, match=r"spec\.runtime\.engine"):
+        engine_metrics("tgi")
+
+
+@pytest.fixture
+def prometheus() -> Iterator[Callable[[Answer], PrometheusConnect]]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(answer: Answer) -> PrometheusConnect:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                query = parse_qs(urlparse(self.path).query)["query"][0]
+                status, result = answer(query)
+                body = {"status": "success", "data": {"resultType": "vector", "result": result}}
+                payload = json.dumps(body if status == 200 else {"status": "error", "error": "bad"}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        servers.append(server)
+        return PrometheusConnect(f"http://127.0.0.1:{server.server_port}", retry=Retry(total=0))
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+
+
+def sample(value: str) -> list[dict]:
+    return [{"metric": {}, "value": [1700000000.0, value]}]
+
+
+def test_fetch_reads_every_signal(prometheus: Callable[[Answer], PrometheusConnect]) -> None:
+    values = {
+        "histogram_quantile": "0.42",
+        "oldest_waiting": "1.5",
+        "kv_cache": "0.61",
+        "requests_waiting": "7",
+    }
+    prom = prometheus(lambda q: (200, next(sample(v) for k, v in values.items() if k in q)))
+    signals = fetch_signals(prom, engine_metrics("builtin"), "team-a", "chat")
+    assert signals == {QUEUE_TIME: 0.42, OLDEST_WAIT: 1.5, KV_USAGE: 0.61, WAITING: 7.0}
+
+
+def test_a_percentile_without_requests_is_left_out(prometheus: Callable[[Answer], PrometheusConnect]) -> None:
+    prom = prometheus(lambda q: (200, sample("NaN" if "histogram_quantile" in q else "0")))
+    signals = fetch_signals(prom, engine_metrics("vllm"), "team-a", "chat")
+    assert signals == {KV_USAGE: 0.0, WAITING: 0.0}
+    assert not any(math.isnan(v) for v in signals.values())
+
+
+def test_no_series_means_metrics_unavailable(prometheus: Callable[[Answer], PrometheusConnect]) -> None:
+    prom = prometheus(lambda q: (200, []))
+    with pytest.raises(MetricsUnavailable, match="no series for kv_usage of team-a/chat"):
+        fetch_signals(prom, engine_metrics("builtin"), "team-a", "chat")
+
+
+def test_prometheus_errors_mean_metrics_unavailable(
+    prometheus: Callable[[Answer], PrometheusConnect],
+) -> None:
+    prom = prometheus(lambda q: (400, []))
+    with pytest.raises(MetricsUnavailable, match=r"Prometheus query for \w+ failed"):
+        fetch_signals(prom, engine_metrics("builtin"), "team-a", "chat")
+
+    unreachable = PrometheusConnect("http://127.0.0.1:9", retry=Retry(total=0))  # discard port: refused
+    with pytest.raises(MetricsUnavailable, match="failed"):
+        fetch_signals(unreachable, engine_metrics("builtin"), "team-a", "chat")
