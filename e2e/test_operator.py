@@ -130,7 +130,8 @@ def operator(cluster: Any) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def tiny(operator: Any) -> dict[str, Any]:
-    apply(operator, manifest("tiny"))
+    # A fixed count: the autoscaler (e2e/test_autoscaling.py) writes readings of its own to status.
+    apply(operator, manifest("tiny", scaling__maxReplicas=1))
     operator.kubectl("wait", "--for=condition=Ready", "infsvc/tiny", "-n", NAMESPACE, "--timeout=180s")
     return get(operator, "infsvc", "tiny", "-n", NAMESPACE)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import kopf
 
+from kubeinfer_operator.autoscaler import Autoscaler
 from kubeinfer_operator.kube import Kube, load_client
 from kubeinfer_operator.leader import Leadership
 from kubeinfer_operator.names import GROUP, KIND, LABEL_ISVC, PLURAL, VERSION
@@ -35,13 +36,18 @@ class Operator:
     queue: WorkQueue
     leadership: Leadership | None  # None: leader election off (one replica, or development)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # referenced, so never collected
+    autoscaler: Autoscaler | None = None
 
     def leading(self) -> bool:
         return self.leadership is None or self.leadership.leading.is_set()
 
     async def process(self, key: Key) -> None:
         if self.leading():  # a standby drops work: the leader reconciles everything when elected
-            await asyncio.to_thread(reconcile, self.kube, self.settings, *key)
+            if self.autoscaler is not None:  # its tick runs here, so it never races the reconcile
+                await self.autoscaler.tick_if_due(key)
+            again = await asyncio.to_thread(reconcile, self.kube, self.settings, *key)
+            if again is not None:
+                asyncio.get_running_loop().call_later(again, self.queue.add, key)
 
     async def enqueue_all(self) -> None:
         for namespace in self.settings.namespaces or (None,):
@@ -77,6 +83,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     loop = asyncio.get_running_loop()
     kube = Kube(load_client())
     operator = Operator(config, kube, WorkQueue(lambda key: operator.process(key)), None)
+    operator.autoscaler = Autoscaler(kube, config, operator.queue.add)
     if config.leader_election:
 
         def elected() -> None:

@@ -21,6 +21,10 @@ _PATHS = {
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets"),
     "Pod": ("/api/v1", "pods"),
     "Event": ("/api/v1", "events"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "ServiceAccount": ("/api/v1", "serviceaccounts"),
+    "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
+    "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
 }
 REQUEST_TIMEOUT_SECONDS = 30
 
@@ -109,6 +113,17 @@ class Kube:
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
+
+    def scale(self, kind: str, namespace: str, name: str, replicas: int) -> None:
+        """Set only the replica count, through the scale subresource: for a Deployment whose template the
+        current spec no longer renders (a canary's stable revision), which an apply would have to restate."""
+        self._request(
+            "PATCH",
+            self._path(kind, namespace, name, "scale"),
+            query={"fieldManager": FIELD_MANAGER},
+            body={"spec": {"replicas": replicas}},
+            content_type="application/merge-patch+json",
+        )
 
     def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge-patch the status subresource: fields this patch omits (set by other writers,

@@ -7,6 +7,7 @@ Level-triggered: the plan depends only on what is observed now, so a reconcile t
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.api.base import field_errors
 from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
 from kubeinfer_operator.kube import Kube, now_rfc3339
-from kubeinfer_operator.names import KIND, LABEL_ISVC, LABEL_REVISION, service_url
+from kubeinfer_operator.names import APP_NAME, KIND, LABEL_APP, LABEL_ISVC, LABEL_REVISION, service_url
 from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
 from kubeinfer_operator.render import (
     Owner,
@@ -28,6 +29,8 @@ from kubeinfer_operator.render import (
     render_pod_template,
     render_service,
 )
+from kubeinfer_operator.rollout.state_machine import RolloutEvent
+from kubeinfer_operator.rollout_controller import Judge, plan_canary, prometheus_judge
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.status import (
     Observation,
@@ -48,6 +51,9 @@ class Plan:
     retire: tuple[RevisionView, ...]  # Deployments of revisions the current one has replaced
     status: dict[str, Any]  # only the status fields this reconcile owns
     transitions: tuple[Transition, ...]
+    scale: tuple[tuple[str, int], ...] = ()  # (Deployment, replicas) the spec no longer renders (canary)
+    events: tuple[RolloutEvent, ...] = ()  # the canary state machine's own events
+    requeue_after: float | None = None  # seconds: a rollout in flight is looked at again on time
 
 
 def desired_replicas(spec: InferenceServiceSpec, status: dict[str, Any]) -> int:
@@ -144,6 +150,52 @@ def plan(
     return Plan(apply=objects, retire=retire, status=status, transitions=changed)
 
 
+def plan_canary_rollout(
+    isvc: dict[str, Any],
+    spec: InferenceServiceSpec,
+    deployments: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    settings: Settings,
+    kv: tuple[dict[str, Any], Condition],
+    now: str,
+    judge: Judge,
+) -> Plan:
+    """spec.rollout.strategy Canary: rollout_controller decides revisions, replicas and traffic; Ready,
+    replica counts and pod diagnosis are read as for RollingUpdate."""
+    meta = isvc["metadata"]
+    owner = Owner(meta["name"], meta["namespace"], meta["uid"])
+    pod = render_pod_template(owner, spec, settings)
+    desired = desired_replicas(spec, isvc.get("status") or {})
+    canary = plan_canary(isvc, spec, pod, desired, deployments, pods, settings, judge, time.time(), now)
+    views = [RevisionView.of(d) for d in deployments]
+    current = next((v for v in views if v.revision == pod.revision), None)
+    older = tuple(v for v in views if v.revision != pod.revision)
+    ask = ResourceAsk(spec.runtime.resources.gpus, spec.runtime.resources.gpu_resource)
+    observed = Observation(
+        desired, pod.revision, current, older, diagnose(pods, ask), service_url(owner.name, owner.namespace)
+    )
+    progressing, rollout_degraded = canary.conditions
+    capacity, kv_condition = kv
+    degraded = rollout_degraded if rollout_degraded.status == "True" else degraded_condition(observed)
+    status, changed = _status(
+        isvc,
+        [ready_condition(observed), progressing, degraded, kv_condition],
+        now,
+        {
+            "replicas": observed.replicas,
+            "readyReplicas": observed.ready,
+            "desiredReplicas": desired,
+            "selector": _selector_string(owner.name),
+            "url": observed.url,
+            "kvCapacity": capacity or None,
+            **canary.fields,
+        },
+    )
+    return Plan(
+        canary.apply, canary.retire, status, changed, canary.scale, canary.events, canary.requeue_after
+    )
+
+
 def plan_invalid(isvc: dict[str, Any], problems: list[str], now: str) -> Plan:
     """A spec the apiserver let through but the operator cannot serve (e.g. a CRD older than the
     operator): change nothing, say why."""
@@ -162,10 +214,13 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         spec = InferenceServiceSpec.model_validate(isvc.get("spec") or {})
     except ValidationError as error:
         return plan_invalid(isvc, [f"spec.{line}" for line in field_errors(error)], now)
-    labels = {LABEL_ISVC: meta["name"]}
+    labels = {LABEL_ISVC: meta["name"], LABEL_APP: APP_NAME}  # the replicas, not the canary router
     deployments = [d for d in kube.list("Deployment", meta["namespace"], labels) if _owned_by(d, meta["uid"])]
     pods = kube.list("Pod", meta["namespace"], labels)
     kv = kv_capacity.check(spec, kv_capacity.model_shape(spec), kv_capacity.device_memory(spec))
+    if spec.rollout.strategy == "Canary":
+        judge = prometheus_judge(settings, spec, meta["namespace"], meta["name"])
+        return plan_canary_rollout(isvc, spec, deployments, pods, settings, kv, now, judge)
     return plan(isvc, spec, deployments, pods, settings, kv, now)
 
 
@@ -173,6 +228,8 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     meta = isvc["metadata"]
     for obj in plan.apply:
         kube.apply(obj)
+    for name, replicas in plan.scale:
+        kube.scale("Deployment", meta["namespace"], name, replicas)
     for view in plan.retire:
         log.info("retiring revision %s of %s/%s", view.revision, meta["namespace"], meta["name"])
         kube.delete("Deployment", meta["namespace"], view.name, view.uid)
@@ -191,6 +248,11 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     )
     # Events only once the status that records the transition is written: a retried reconcile
     # then neither repeats nor loses them.
+    for event in plan.events:
+        try:
+            kube.post_event(isvc, event.type, event.reason, event.message)
+        except ApiException as error:
+            log.warning("could not post event %s on %s: %s", event.reason, meta["name"], error.reason)
     for transition in plan.transitions:
         condition = transition.condition
         kind = "Warning" if is_warning(condition) else "Normal"
@@ -201,8 +263,11 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
             log.warning("could not post event %s on %s: %s", condition.reason, meta["name"], error.reason)
 
 
-def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> None:
+def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> float | None:
+    """Returns in how many seconds to reconcile again regardless of events (a rollout in flight)."""
     isvc = kube.get(KIND, namespace, name)
     if isvc is None or isvc["metadata"].get("deletionTimestamp"):
-        return  # the owned objects are garbage-collected with it
-    execute(kube, isvc, observe_and_plan(kube, settings, isvc))
+        return None  # the owned objects are garbage-collected with it
+    plan = observe_and_plan(kube, settings, isvc)
+    execute(kube, isvc, plan)
+    return plan.requeue_after

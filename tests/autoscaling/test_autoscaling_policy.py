@@ -156,6 +156,9 @@ def test_unschedulable_pods_stop_scale_up_and_name_the_resource() -> None:
     quiet, _ = decide(CONFIG, replace(obs, signals=QUIET), WATCHED)  # not stuck: scale-down still works
     assert quiet.desired < 6
 
+    tainted, _ = decide(CONFIG, replace(obs, unschedulable_reason="1 node(s) had untolerated taint"), WATCHED)
+    assert [c.reason for c in tainted.conditions if c.type == "ScalingLimited"] == ["Unschedulable"]
+
 
 def test_scale_down_keeps_enough_replicas_to_stay_under_every_target() -> None:
     config = replace(CONFIG, max_scale_down_fraction=1.0)
@@ -192,6 +195,13 @@ def test_without_metrics_the_count_holds_and_metrics_available_is_false() -> Non
     assert (available.status, available.reason) == ("False", "MetricsUnavailable")
     assert "connection refused" in available.message
     assert state == WATCHED  # an outage leaves no recommendation behind
+
+
+def test_with_every_replica_still_loading_the_count_holds() -> None:
+    obs = replace(observe(replicas=3, ready=0, **{WAITING: 50.0}), starting=3)
+    decision, _ = decide(CONFIG, obs, WATCHED)
+    assert (decision.desired, decision.act) == (3, False)
+    assert "no ready replica" in decision.reason
 
 
 def test_dry_run_decides_but_does_not_act() -> None:

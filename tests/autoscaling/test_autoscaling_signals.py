@@ -97,6 +97,9 @@ def test_a_percentile_without_requests_is_left_out(prometheus: Callable[[Answer]
     assert signals == {KV_USAGE: 0.0, WAITING: 0.0}
     assert not any(math.isnan(v) for v in signals.values())
 
+    never_observed = prometheus(lambda q: (200, [] if "histogram_quantile" in q else sample("0")))
+    assert fetch_signals(never_observed, engine_metrics("vllm"), "team-a", "chat") == signals
+
 
 def test_no_series_means_metrics_unavailable(prometheus: Callable[[Answer], PrometheusConnect]) -> None:
     prom = prometheus(lambda q: (200, []))

@@ -7,7 +7,7 @@ Only the operator writes it (through the status subresource). Latencies are dura
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -16,6 +16,13 @@ from .durations import Duration
 
 MAX_DECISIONS = 20
 CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "SLOMet", "MetricsAvailable", "ScalingLimited")
+
+
+def _free_form(schema: dict[str, Any]) -> None:
+    """A structural schema says "keep whatever is here" with preserve-unknown-fields, not
+    additionalProperties."""
+    schema.pop("additionalProperties", None)
+    schema["x-kubernetes-preserve-unknown-fields"] = True
 
 
 class StatusModel(KubeModel):
@@ -156,3 +163,6 @@ class InferenceServiceStatus(StatusModel):
     """The most recent canary analyses and rollout actions, oldest first."""
     kv_capacity: KvCapacity | None = None
     """Whether the configured batch fits the KV cache."""
+    rollout: dict[str, Any] | None = Field(None, json_schema_extra=_free_form)
+    """The canary state machine's own record (step clock, analyses, failure), from which an
+    operator restarted mid-rollout resumes. Internal: read the fields above instead."""

@@ -68,7 +68,7 @@ def plot_sweep(
     """
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    order = sorted(range(len(runs)), key=lambda i: runs[i].stats.output_token_throughput)
+    order = sorted(range(len(runs)), key=lambda i: runs[i].point.rate)  # the curve follows offered load
     for ax, (metric, name) in zip(axes, (("ttft", "TTFT"), ("tpot", "TPOT")), strict=True):
         targets = [t for t in (slo.targets if slo else ()) if t.metric == metric]
         q = targets[0].percentile if targets else 95.0

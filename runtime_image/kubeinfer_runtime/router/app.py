@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from kubeinfer_runtime.router.balancer import TrackChooser, pick_least_loaded
 from kubeinfer_runtime.router.config import ConfigFile, RouterConfig
+from kubeinfer_runtime.router.configmap_source import ConfigMapSource
 from kubeinfer_runtime.router.load_probe import LoadProbe
 from kubeinfer_runtime.router.metrics import RouterMetrics
 
@@ -81,7 +82,11 @@ class Router:
     """The /v1/* ASGI endpoint, plus /health, /ready and /metrics."""
 
     def __init__(
-        self, config: ConfigFile, client: httpx.AsyncClient, probe: LoadProbe, max_attempts: int
+        self,
+        config: ConfigFile | ConfigMapSource,
+        client: httpx.AsyncClient,
+        probe: LoadProbe,
+        max_attempts: int,
     ) -> None:
         self.config = config
         self.client = client
@@ -253,11 +258,11 @@ class Router:
     async def watch_config(self, poll_s: float) -> None:
         while True:
             await asyncio.sleep(poll_s)
-            self.config.reload_if_changed()
+            await asyncio.to_thread(self.config.reload_if_changed)
 
 
 def create_app(
-    config_path: Path,
+    config_source: Path | ConfigMapSource,
     *,
     probe_interval_s: float = 1.0,
     config_poll_s: float = 1.0,
@@ -265,7 +270,7 @@ def create_app(
     connect_timeout_s: float = 2.0,
 ) -> Starlette:
     """The router app; raises ConfigError when the configuration file is missing or malformed."""
-    config = ConfigFile(config_path)
+    config = ConfigFile(config_source) if isinstance(config_source, Path) else config_source
     # No read timeout: a non-streamed completion sends nothing until the whole generation is done. No
     # connection cap: every in-flight generation holds a connection for its whole length.
     client = httpx.AsyncClient(

@@ -11,6 +11,7 @@ import uvicorn
 
 from kubeinfer_runtime.router.app import create_app
 from kubeinfer_runtime.router.config import ConfigError
+from kubeinfer_runtime.router.configmap_source import ConfigMapSource, parse_reference
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -18,8 +19,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         prog="kubeinfer-runtime route",
         description="Split OpenAI-compatible traffic between tracks by weight, and within a track by load.",
     )
-    parser.add_argument(
-        "--config", type=Path, required=True, help="JSON/YAML file with the tracks; re-read on change"
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", type=Path, help="JSON/YAML file with the tracks; re-read on change")
+    source.add_argument(
+        "--configmap",
+        metavar="NAMESPACE/NAME",
+        help="read the tracks from this ConfigMap's router.json key through the API (in a pod)",
     )
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8080)
@@ -46,8 +51,9 @@ def main(argv: list[str]) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        source = args.config or ConfigMapSource(*parse_reference(args.configmap))
         app = create_app(
-            args.config,
+            source,
             probe_interval_s=args.probe_interval,
             config_poll_s=args.config_poll_interval,
             max_attempts=args.max_attempts,

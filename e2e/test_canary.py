@@ -1,0 +1,342 @@
+"""Canary rollouts on the local cluster: the chart's operator, real runtime pods, the per-service router
+and real Prometheus judging canary against stable while this test sends load through the router.
+
+One InferenceService goes through four rollouts in order (each starts from what the previous left):
+a good revision is promoted step by step; a slow one is rolled back on analysis; one that cannot load
+is rolled back at the progress deadline; and a good one survives the operator being killed mid-step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from demo import TINY_EXAMPLE, ensure_tiny_model, helm_install, tiny_model_dir
+
+pytestmark = pytest.mark.cluster
+
+RELEASE = "canary-e2e"
+OPERATOR_NAMESPACE = "canary-e2e-system"
+OPERATOR_NAME = f"{RELEASE}-operator"  # Deployment, ServiceAccount and Lease
+NAMESPACE = "canary-e2e"
+NAME = "chat"
+TRACK_HEADER = "x-kubeinfer-track"
+STEPS = [{"weight": 30, "pause": "15s"}, {"weight": 70, "pause": "15s"}]
+INTERVAL_S = 10
+FAILURE_LIMIT = 2
+PROGRESS_DEADLINE_S = 40
+REQUEST = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "stream": True}
+# Loose enough for a busy 2-core machine; the injected token latency breaks TPOT by far.
+SLO = {"ttft": {"p95": "5s"}, "tpot": {"p95": "1s"}, "e2e": {"p95": "30s"}, "errorRate": 0.05, "window": "1m"}
+TOKEN_LATENCY = "1500ms"
+SETTLE_S = 3  # after a weight change, the router picks up its ConfigMap within ~1 s: skip a margin
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def get(cluster: Any, *args: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+def isvc(cluster: Any) -> dict[str, Any]:
+    return get(cluster, "infsvc", NAME, "-n", NAMESPACE)
+
+
+def status(cluster: Any) -> dict[str, Any]:
+    return isvc(cluster).get("status") or {}
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
+
+
+def manifest(revision_marker: str, faults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The tiny example under Canary; `revision_marker` (an env var) makes each rollout a new revision."""
+    obj = yaml.safe_load(TINY_EXAMPLE.read_text())
+    obj["metadata"] = {"name": NAME, "namespace": NAMESPACE}
+    spec = obj["spec"]
+    spec["replicas"] = 1
+    spec.pop("scaling", None)
+    spec["slo"] = SLO
+    spec["runtime"]["env"] = [{"name": "E2E_REVISION", "value": revision_marker}]
+    if faults:
+        spec["runtime"]["faults"] = faults
+    spec["rollout"] = {
+        "strategy": "Canary",
+        "steps": STEPS,
+        "analysis": {"interval": f"{INTERVAL_S}s", "minRequests": 5, "failureLimit": FAILURE_LIMIT},
+        "progressDeadline": f"{PROGRESS_DEADLINE_S}s",
+    }
+    return obj
+
+
+def apply(cluster: Any, obj: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(obj))
+
+
+def runtime_deployments(cluster: Any) -> dict[str, int]:
+    selector = f"serving.kubeinfer.dev/inferenceservice={NAME},app.kubernetes.io/name=kubeinfer-runtime"
+    items = get(cluster, "deployments", "-n", NAMESPACE, "-l", selector)["items"]
+    return {d["metadata"]["labels"]["serving.kubeinfer.dev/revision"]: d["spec"]["replicas"] for d in items}
+
+
+@dataclass
+class Sample:
+    sent: float
+    track: str | None
+    code: int
+
+
+@dataclass
+class Load:
+    """Requests through the Service (kube-proxy -> a router pod), and the canary weight status showed."""
+
+    url: str
+    samples: list[Sample] = field(default_factory=list)
+    weights: list[tuple[float, int, str]] = field(default_factory=list)  # (when, canaryWeight, phase)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def send(self) -> None:
+        with httpx.Client(timeout=60, trust_env=False) as client:
+            while not self.stop.is_set():
+                sent = time.time()
+                try:
+                    # Streamed, as chat clients do: the router measures TTFT on streams.
+                    with client.stream("POST", f"{self.url}/v1/completions", json=REQUEST) as response:
+                        response.read()
+                    self.samples.append(
+                        Sample(sent, response.headers.get(TRACK_HEADER), response.status_code)
+                    )
+                except httpx.HTTPError:
+                    self.samples.append(Sample(sent, None, 0))
+                    time.sleep(0.2)
+
+    def watch(self, cluster: Any) -> None:
+        while not self.stop.is_set():
+            current = status(cluster)
+            self.weights.append(
+                (time.time(), current.get("canaryWeight") or 0, current.get("rolloutPhase", ""))
+            )
+            time.sleep(0.5)
+
+    def by_weight(self) -> dict[int, list[Sample]]:
+        """Samples sent while status held one weight for at least SETTLE_S, grouped by that weight."""
+        spans = []
+        for (start, weight, _), (end, _, _) in zip(self.weights, self.weights[1:], strict=False):
+            if spans and spans[-1][2] == weight:
+                spans[-1][1] = end
+            else:
+                spans.append([start, end, weight])
+        groups: dict[int, list[Sample]] = {}
+        for start, end, weight in spans:
+            groups.setdefault(weight, []).extend(s for s in self.samples if start + SETTLE_S <= s.sent < end)
+        return groups
+
+
+@pytest.fixture
+def load(operator: Any) -> Iterator[Load]:
+    ip = operator.kubectl("get", "service", NAME, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}").stdout
+    running = Load(f"http://{ip.strip()}:80")
+    threads = [threading.Thread(target=running.send, daemon=True) for _ in range(5)]
+    threads.append(threading.Thread(target=running.watch, args=(operator,), daemon=True))
+    for thread in threads:
+        thread.start()
+    yield running
+    running.stop.set()
+    for thread in threads:
+        thread.join(timeout=70)
+
+
+def leader_pod(cluster: Any) -> str:
+    lease = get(cluster, "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE)
+    return (lease["spec"].get("holderIdentity") or "").rsplit("_", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Any) -> Iterator[Any]:
+    ensure_tiny_model(tiny_model_dir())
+    wait_for(
+        f"namespace {NAMESPACE} from an earlier run to go",
+        lambda: cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0,
+        timeout=120,
+    )
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    helm_install(
+        cluster,
+        {
+            "replicaCount": 2,
+            "prometheusUrl": cluster.prometheus_url,
+            "resyncSeconds": 5,
+            "watchNamespaces": [NAMESPACE],
+        },
+        release=RELEASE,
+        namespace=OPERATOR_NAMESPACE,
+    )
+    apply(cluster, manifest("1"))
+
+    def serving_through_router() -> bool:
+        current = isvc(cluster)
+        ready = condition(current, "Ready").get("status") == "True"
+        router = cluster.kubectl(
+            "get", "deployment", f"{NAME}-router", "-n", NAMESPACE, "-o", "jsonpath={.status.readyReplicas}",
+            check=False,
+        )  # fmt: skip
+        return ready and router.stdout.strip() == "2"
+
+    wait_for("the first revision to serve through its router", serving_through_router, timeout=180)
+    yield cluster
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+    subprocess.run(
+        [cluster.helm_path, "uninstall", RELEASE, f"--kubeconfig={cluster.kubeconfig}",
+         f"--namespace={OPERATOR_NAMESPACE}", "--wait"],
+        check=False, capture_output=True,
+    )  # fmt: skip
+    cluster.kubectl("delete", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
+
+
+def wait_phase(cluster: Any, phases: set[str], timeout: float) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        current = status(cluster)
+        return current if current.get("rolloutPhase") in phases else None
+
+    return wait_for(f"rollout phase in {sorted(phases)}", reached, timeout=timeout)
+
+
+def start_rollout(cluster: Any, obj: dict[str, Any]) -> tuple[str, str]:
+    """Apply a new revision; (stable revision, canary revision) once the rollout has started."""
+    stable = status(cluster)["stableRevision"]
+    apply(cluster, obj)
+    started = wait_for(
+        "the canary rollout to start", lambda: status(cluster).get("canaryRevision"), timeout=30
+    )
+    return stable, started
+
+
+def within_sampling_error(samples: list[Sample], weight: int) -> tuple[float, float]:
+    """(canary share measured, allowed deviation): 3 binomial standard deviations plus 5 points."""
+    share = sum(s.track == "canary" for s in samples) / len(samples)
+    p = weight / 100
+    return share, 3 * math.sqrt(p * (1 - p) / len(samples)) + 0.05
+
+
+def test_a_good_revision_goes_through_every_step_to_promoted(operator: Any, load: Load) -> None:
+    began = time.monotonic()
+    old, new = start_rollout(operator, manifest("2"))
+    done = wait_phase(operator, {"Promoted", "RolledBack"}, timeout=180)
+    assert done["rolloutPhase"] == "Promoted", done.get("rollout")
+    assert done["stableRevision"] == new and not done.get("canaryRevision")
+    wait_for(
+        "the old revision's Deployment to go", lambda: runtime_deployments(operator) == {new: 1}, timeout=60
+    )
+    time.sleep(SETTLE_S + 1)
+    load.stop.set()
+    groups = load.by_weight()
+    for step in STEPS:
+        samples = groups.get(step["weight"], [])
+        assert len(samples) >= 20, f"too few requests at {step['weight']}%: {len(samples)}"
+        share, allowed = within_sampling_error(samples, step["weight"])
+        assert abs(share - step["weight"] / 100) <= allowed, (step, share, len(samples))
+    assert all(s.code == 200 for s in load.samples), [s for s in load.samples if s.code != 200][:5]
+    after = [s for s in load.samples if s.sent > load.weights[-1][0] - 2]
+    assert after and all(s.track == "stable" for s in after)  # the promoted revision is the stable track now
+    decisions = [
+        (d["action"], d["weight"]) for d in status(operator)["rolloutDecisions"] if d["revision"] == new
+    ]
+    steps = [d for d in decisions if d[0] in ("CanaryStep", "Promoting", "Promoted")]
+    assert steps == [("CanaryStep", 30), ("CanaryStep", 70), ("Promoting", 70), ("Promoted", 0)], decisions
+    print(f"\npromoted {new} over {old} in {time.monotonic() - began:.0f}s on {len(load.samples)} requests")
+
+
+def test_a_slow_revision_is_rolled_back_on_analysis(operator: Any, load: Load) -> None:
+    _, bad = start_rollout(operator, manifest("3", {"tokenLatency": TOKEN_LATENCY}))
+    stepped = wait_for(
+        "the canary to take traffic",
+        lambda: status(operator).get("rollout", {}).get("stepStartedAt"),
+        timeout=90,
+    )
+    done = wait_phase(operator, {"RolledBack", "Promoted"}, timeout=90)
+    assert done["rolloutPhase"] == "RolledBack"
+    took = time.time() - _epoch(stepped)
+    assert took <= FAILURE_LIMIT * INTERVAL_S + 15, f"rolled back {took:.0f}s after the canary got traffic"
+    degraded = condition(isvc(operator), "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "AnalysisFailed"
+    assert "tpot_p95" in degraded["message"] and "SLO 1000ms" in degraded["message"], degraded["message"]
+    assert runtime_deployments(operator) == {done["stableRevision"]: 1}  # canary scaled away
+    events = get(operator, "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={NAME}")
+    assert any(e["reason"] == "RolledBack" and bad in e["message"] for e in events["items"])
+    time.sleep(SETTLE_S)
+    load.stop.set()
+    stable = [s for s in load.samples if s.track == "stable"]
+    assert stable and all(s.code == 200 for s in stable)
+    assert all(s.code == 200 for s in load.samples)
+    assert any(s.track == "canary" for s in load.samples)
+    late = [s for s in load.samples if s.sent > time.time() - SETTLE_S + 0.5]
+    assert all(s.track == "stable" for s in late)
+
+
+def test_a_revision_that_cannot_load_never_gets_traffic(operator: Any, load: Load) -> None:
+    began = time.time()
+    _, broken = start_rollout(operator, manifest("4", {"failLoad": True}))
+    done = wait_phase(operator, {"RolledBack", "Promoted"}, timeout=PROGRESS_DEADLINE_S + 60)
+    took = time.time() - began
+    assert done["rolloutPhase"] == "RolledBack"
+    assert PROGRESS_DEADLINE_S <= took <= PROGRESS_DEADLINE_S + 20, f"rolled back after {took:.0f}s"
+    assert done["rollout"]["failure"]["reason"] == "ProgressDeadlineExceeded"
+    assert done["rollout"]["rolledBackRevision"] == broken
+    load.stop.set()
+    assert load.samples and all(s.track == "stable" and s.code == 200 for s in load.samples)
+    assert runtime_deployments(operator) == {done["stableRevision"]: 1}
+
+
+def test_the_rollout_resumes_at_the_same_step_after_the_operator_is_killed(operator: Any, load: Load) -> None:
+    obj = manifest("5")
+    obj["spec"]["rollout"]["steps"] = [{"weight": 30, "pause": "45s"}, {"weight": 70, "pause": "10s"}]
+    _, new = start_rollout(operator, obj)
+    stepped = wait_for(
+        "step 1 to start", lambda: status(operator).get("rollout", {}).get("stepStartedAt"), timeout=90
+    )
+    before = status(operator)["rollout"]
+    killed = leader_pod(operator)
+    operator.kubectl("delete", "pod", killed, "-n", OPERATOR_NAMESPACE, "--grace-period=0", "--force")
+    wait_for(
+        "another operator pod to take the lease",
+        lambda: leader_pod(operator) not in ("", killed),
+        timeout=60,
+    )
+    time.sleep(3)  # a few reconciles by the new leader
+    after = status(operator)["rollout"]
+    assert after["canaryRevision"] == new
+    assert after["stepIndex"] == before["stepIndex"] == 0
+    assert after["stepStartedAt"] == stepped  # the step clock carried on rather than restarting
+    assert after["canaryWeight"] == 30
+    done = wait_phase(operator, {"Promoted", "RolledBack"}, timeout=120)
+    assert done["rolloutPhase"] == "Promoted" and done["stableRevision"] == new
+    # The step took its pause from when it started, not from the restart.
+    steps = [d for d in done["rolloutDecisions"] if d["action"] == "CanaryStep" and d["revision"] == new]
+    assert [d["weight"] for d in steps] == [30, 70]
+    assert _epoch(steps[1]["time"]) - _epoch(stepped) < 45 + 20
+    load.stop.set()
+    assert all(s.code == 200 for s in load.samples), [s for s in load.samples if s.code != 200][:5]
+
+
+def _epoch(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()

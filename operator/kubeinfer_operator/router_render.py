@@ -1,0 +1,74 @@
+"""The objects of an InferenceService's router (Canary strategy): its Deployment, the ServiceAccount,
+Role and RoleBinding that let it read its ConfigMap, the ConfigMap carrying the tracks, and the
+Service, which then selects the router pods instead of the replicas.
+
+The router reads its ConfigMap through the API (kubeinfer_runtime.router.configmap_source) rather than
+from a mounted volume: a kubelet refreshes mounted ConfigMaps only every minute or so, and a rollback
+must take the canary's weight to 0 within seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubeinfer_operator.names import FIELD_MANAGER, LABEL_APP, LABEL_ISVC, LABEL_MANAGED_BY, SERVICE_PORT
+from kubeinfer_operator.render import PRE_STOP_SECONDS, Owner, _render
+from kubeinfer_operator.settings import Settings
+
+ROUTER_APP = "kubeinfer-router"
+ROUTER_PORT = 8080
+ROUTER_REPLICAS = 2  # the router is the service's front door: one may restart while the other serves
+ROUTER_CONFIG_KEY = "router.json"  # kubeinfer_runtime.router.configmap_source.CONFIG_KEY
+ROUTER_GRACE_SECONDS = 60
+
+
+def router_name(isvc: str) -> str:
+    return f"{isvc}-router"
+
+
+def router_labels(isvc: str) -> dict[str, str]:
+    """Carries the InferenceService label (the operator's watches and Prometheus' `inferenceservice`
+    label need it), but neither revision nor track."""
+    return {LABEL_APP: ROUTER_APP, LABEL_ISVC: isvc, LABEL_MANAGED_BY: FIELD_MANAGER}
+
+
+def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Everything the router needs, in the order to apply it (access before the pods that use it)."""
+    name, labels = router_name(owner.name), router_labels(owner.name)
+    common = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels,
+        "owner_reference": owner.reference(),
+    }
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": owner.namespace,
+            "labels": labels,
+            "ownerReferences": [owner.reference()],
+        },
+        "data": {ROUTER_CONFIG_KEY: json.dumps(config, sort_keys=True)},
+    }
+    deployment = _render(
+        "router-deployment.yaml.j2",
+        **common,
+        replicas=ROUTER_REPLICAS,
+        image=settings.runtime_image,
+        port=ROUTER_PORT,
+        grace_seconds=ROUTER_GRACE_SECONDS,
+        pre_stop_seconds=PRE_STOP_SECONDS,
+    )
+    service = _render(
+        "service.yaml.j2",
+        name=owner.name,
+        namespace=owner.namespace,
+        labels=labels,
+        owner_reference=owner.reference(),
+        selector=labels,
+        service_port=SERVICE_PORT,
+    )
+    return [*_render("router-access.yaml.j2", **common), config_map, deployment, service]

@@ -1,0 +1,51 @@
+"""The router objects a Canary InferenceService gets."""
+
+from __future__ import annotations
+
+import json
+
+from kubeinfer_operator.names import LABEL_ISVC, LABEL_TRACK
+from kubeinfer_operator.router_render import render_router
+from kubeinfer_operator.settings import Settings
+from op_fixtures import OWNER
+
+CONFIG = {"tracks": {"stable": {"weight": 90, "endpoints": ["http://10.0.0.1:8000"]}}}
+
+
+def _by_kind() -> dict[str, dict]:
+    return {o["kind"]: o for o in render_router(OWNER, Settings(runtime_image="img:1"), CONFIG)}
+
+
+def test_access_objects_come_before_the_pods_that_use_them() -> None:
+    kinds = [o["kind"] for o in render_router(OWNER, Settings(), CONFIG)]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"]
+
+
+def test_the_router_may_read_only_its_own_config_map() -> None:
+    objs = _by_kind()
+    assert objs["Role"]["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["tiny-router"], "verbs": ["get"]}
+    ]
+    assert objs["RoleBinding"]["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tiny-router", "namespace": "default"}
+    ]
+    assert objs["RoleBinding"]["roleRef"]["name"] == "tiny-router"
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "tiny-router"
+    assert pod["containers"][0]["args"] == ["--configmap", "default/tiny-router", "--port", "8080"]
+    assert pod["containers"][0]["image"] == "img:1"
+
+
+def test_the_config_map_carries_the_tracks_as_json() -> None:
+    assert json.loads(_by_kind()["ConfigMap"]["data"]["router.json"]) == CONFIG
+
+
+def test_the_service_selects_the_router_pods_which_prometheus_scrapes_without_a_track_label() -> None:
+    objs = _by_kind()
+    template = objs["Deployment"]["spec"]["template"]
+    assert objs["Service"]["metadata"]["name"] == "tiny"
+    assert objs["Service"]["spec"]["selector"] == template["metadata"]["labels"]
+    assert template["metadata"]["labels"][LABEL_ISVC] == "tiny"
+    assert LABEL_TRACK not in template["metadata"]["labels"]  # else the router's own `track` is renamed
+    assert template["metadata"]["annotations"]["prometheus.io/port"] == "8080"
+    assert all(o["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid for o in objs.values())
