@@ -36,8 +36,10 @@ INTERVAL_S = 10
 FAILURE_LIMIT = 2
 PROGRESS_DEADLINE_S = 40
 REQUEST = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "stream": True}
-# Loose enough for a busy 2-core machine; the injected token latency breaks TPOT by far.
-SLO = {"ttft": {"p95": "5s"}, "tpot": {"p95": "1s"}, "e2e": {"p95": "30s"}, "errorRate": 0.05, "window": "1m"}
+# Loose enough for a busy 2-core machine, where a canary on 70% of the load is slower than stable on 30%
+# (the analysis fails a canary over 1.5x stable once it uses half the target); the injected token
+# latency breaks TPOT by far.
+SLO = {"ttft": {"p95": "5s"}, "tpot": {"p95": "2s"}, "e2e": {"p95": "30s"}, "errorRate": 0.05, "window": "1m"}
 TOKEN_LATENCY = "1500ms"
 SETTLE_S = 3  # after a weight change, the router picks up its ConfigMap within ~1 s: skip a margin
 
@@ -139,7 +141,8 @@ class Load:
             time.sleep(0.5)
 
     def by_weight(self) -> dict[int, list[Sample]]:
-        """Samples sent while status held one weight for at least SETTLE_S, grouped by that weight."""
+        """Samples sent while status held one weight, grouped by that weight. SETTLE_S is cut at both ends:
+        the router switches within ~1 s of the ConfigMap, written just before status."""
         spans = []
         for (start, weight, _), (end, _, _) in zip(self.weights, self.weights[1:], strict=False):
             if spans and spans[-1][2] == weight:
@@ -148,7 +151,9 @@ class Load:
                 spans.append([start, end, weight])
         groups: dict[int, list[Sample]] = {}
         for start, end, weight in spans:
-            groups.setdefault(weight, []).extend(s for s in self.samples if start + SETTLE_S <= s.sent < end)
+            groups.setdefault(weight, []).extend(
+                s for s in self.samples if start + SETTLE_S <= s.sent < end - SETTLE_S
+            )
         return groups
 
 
@@ -232,10 +237,10 @@ def start_rollout(cluster: Any, obj: dict[str, Any]) -> tuple[str, str]:
 
 
 def within_sampling_error(samples: list[Sample], weight: int) -> tuple[float, float]:
-    """(canary share measured, allowed deviation): 3 binomial standard deviations plus 5 points."""
+    """(canary share measured, allowed deviation): 3 binomial standard deviations plus 2 points."""
     share = sum(s.track == "canary" for s in samples) / len(samples)
     p = weight / 100
-    return share, 3 * math.sqrt(p * (1 - p) / len(samples)) + 0.05
+    return share, 3 * math.sqrt(p * (1 - p) / len(samples)) + 0.02
 
 
 def test_a_good_revision_goes_through_every_step_to_promoted(operator: Any, load: Load) -> None:
@@ -255,6 +260,9 @@ def test_a_good_revision_goes_through_every_step_to_promoted(operator: Any, load
         assert len(samples) >= 20, f"too few requests at {step['weight']}%: {len(samples)}"
         share, allowed = within_sampling_error(samples, step["weight"])
         assert abs(share - step["weight"] / 100) <= allowed, (step, share, len(samples))
+        print(
+            f"\nstep {step['weight']}%: canary share {share:.1%} of {len(samples)} requests (+-{allowed:.1%})"
+        )
     assert all(s.code == 200 for s in load.samples), [s for s in load.samples if s.code != 200][:5]
     after = [s for s in load.samples if s.sent > load.weights[-1][0] - 2]
     assert after and all(s.track == "stable" for s in after)  # the promoted revision is the stable track now
@@ -277,9 +285,10 @@ def test_a_slow_revision_is_rolled_back_on_analysis(operator: Any, load: Load) -
     assert done["rolloutPhase"] == "RolledBack"
     took = time.time() - _epoch(stepped)
     assert took <= FAILURE_LIMIT * INTERVAL_S + 15, f"rolled back {took:.0f}s after the canary got traffic"
+    print(f"\nslow canary rolled back {took:.0f}s after it got traffic")
     degraded = condition(isvc(operator), "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "AnalysisFailed"
-    assert "tpot_p95" in degraded["message"] and "SLO 1000ms" in degraded["message"], degraded["message"]
+    assert "tpot_p95" in degraded["message"] and "SLO 2000ms" in degraded["message"], degraded["message"]
     assert runtime_deployments(operator) == {done["stableRevision"]: 1}  # canary scaled away
     events = get(operator, "events", "-n", NAMESPACE, "--field-selector", f"involvedObject.name={NAME}")
     assert any(e["reason"] == "RolledBack" and bad in e["message"] for e in events["items"])
@@ -300,6 +309,7 @@ def test_a_revision_that_cannot_load_never_gets_traffic(operator: Any, load: Loa
     took = time.time() - began
     assert done["rolloutPhase"] == "RolledBack"
     assert PROGRESS_DEADLINE_S <= took <= PROGRESS_DEADLINE_S + 20, f"rolled back after {took:.0f}s"
+    print(f"\nunloadable canary rolled back {took:.0f}s after the change (deadline {PROGRESS_DEADLINE_S}s)")
     assert done["rollout"]["failure"]["reason"] == "ProgressDeadlineExceeded"
     assert done["rollout"]["rolledBackRevision"] == broken
     load.stop.set()
@@ -322,6 +332,7 @@ def test_the_rollout_resumes_at_the_same_step_after_the_operator_is_killed(opera
         lambda: leader_pod(operator) not in ("", killed),
         timeout=60,
     )
+    print(f"\nnew leader after {time.time() - _epoch(stepped):.0f}s into the step")
     time.sleep(3)  # a few reconciles by the new leader
     after = status(operator)["rollout"]
     assert after["canaryRevision"] == new

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
 from sim.workload import Requests
 
 NONE, STARTING, READY, DRAINING = 0, 1, 2, 3

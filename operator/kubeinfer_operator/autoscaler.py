@@ -26,8 +26,13 @@ from pydantic import ValidationError
 
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
 from kubeinfer_operator.autoscaling import MetricsUnavailable, ScalingState, engine_metrics, fetch_signals
-from kubeinfer_operator.autoscaling.tick import count_pods, enabled, plan_disabled, plan_tick
-from kubeinfer_operator.conditions import Transition
+from kubeinfer_operator.autoscaling.tick import (
+    count_pods,
+    enabled,
+    plan_disabled,
+    plan_tick,
+    transition_event,
+)
 from kubeinfer_operator.kube import Kube
 from kubeinfer_operator.names import APP_NAME, KIND, LABEL_APP, LABEL_ISVC
 from kubeinfer_operator.reconcile import desired_replicas
@@ -38,12 +43,15 @@ from kubeinfer_operator.workqueue import Key
 log = logging.getLogger(__name__)
 PROMETHEUS_TIMEOUT_SECONDS = 5  # a tick holds its key's work item: never wait on Prometheus for long
 RETRY_SECONDS = 15.0  # the next tick after one that could not read the spec or failed
+# State older than this many intervals missed decisions (another leader made them, or the API was
+# down): the windows would have gaps, so start afresh, which the policy makes safe.
+STALE_INTERVALS = 3
 
 
 class Autoscaler:
     def __init__(self, kube: Kube, settings: Settings, enqueue: Callable[[Key], None]) -> None:
         self.kube, self.settings, self._enqueue = kube, settings, enqueue
-        self._states: dict[Key, ScalingState] = {}
+        self._states: dict[Key, tuple[ScalingState, float]] = {}  # and the monotonic time it was made
         self._next_tick: dict[Key, float] = {}  # monotonic time the key's next tick is due
 
     async def tick_if_due(self, key: Key) -> None:
@@ -100,15 +108,16 @@ class Autoscaler:
         except MetricsUnavailable as unavailable:
             signals, error = None, str(unavailable)
         key = (namespace, name)
+        state, made = self._states.get(key, (ScalingState(), 0.0))
+        if time.monotonic() - made > STALE_INTERVALS * interval:
+            state = ScalingState()
         current = desired_replicas(spec, isvc.get("status") or {})
-        plan = plan_tick(
-            isvc, spec, current, pods, signals, error, self._states.get(key, ScalingState()), time.time()
-        )
+        plan = plan_tick(isvc, spec, current, pods, signals, error, state, time.time())
         if plan.status:
             self.kube.patch_status(KIND, namespace, name, plan.status)
-        self._states[key] = plan.state  # only once the decision it led to is written
+        self._states[key] = (plan.state, time.monotonic())  # only once the decision it led to is written
         log.log(
-            logging.INFO if plan.decision.desired != plan.decision.current else logging.DEBUG,
+            logging.INFO if plan.event is not None else logging.DEBUG,
             "autoscaled %s/%s: %s",
             namespace,
             name,
@@ -118,19 +127,9 @@ class Autoscaler:
         if plan.event is not None:
             self._post(isvc, "Normal", *plan.event)
         for transition in plan.transitions:
-            self._post_transition(isvc, transition)
+            if event := transition_event(transition):
+                self._post(isvc, *event)
         return interval
-
-    def _post_transition(self, isvc: dict[str, Any], transition: Transition) -> None:
-        condition = transition.condition
-        if condition.type == "MetricsAvailable":
-            bad = condition.status == "False"
-        else:  # ScalingLimited: bad when the load asks for more than it gets
-            bad = condition.status == "True" and condition.reason not in ("ManualReplicas", "TooFewReplicas")
-        if transition.previous_status is None and not bad:
-            return  # a first good reading is no news
-        message = f"{condition.type} is {condition.status}: {condition.message}"
-        self._post(isvc, "Warning" if bad else "Normal", condition.reason, message)
 
     def _post(self, isvc: dict[str, Any], kind: str, reason: str, message: str) -> None:
         try:

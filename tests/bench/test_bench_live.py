@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bench_processes import free_port
 from kubeinfer_operator.bench.client import RequestResult, Target, make_client
 from kubeinfer_operator.bench.command import main as bench_main
 from kubeinfer_operator.bench.runner import LoadPoint, PointResult, run_point, warm_up
@@ -159,8 +160,6 @@ def test_auto_sweep_spaces_rates_up_to_the_measured_maximum(
 
 
 def test_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    from conftest import free_port
-
     assert bench_main(["--url", f"http://127.0.0.1:{free_port()}", "--no-progress"]) == 2
     assert "kubeinfer bench: error: http://127.0.0.1:" in capsys.readouterr().err
 

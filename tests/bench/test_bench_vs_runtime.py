@@ -12,13 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from bench_processes import free_port, wait_until_up
 from kubeinfer_operator.bench.client import Target, make_client
 from kubeinfer_operator.bench.runner import LoadPoint, PointResult, run_point, warm_up
 from kubeinfer_operator.bench.stats import percentile
 from kubeinfer_operator.bench.workload import LengthDistribution, RequestSpec, synthetic_requests
 from prometheus_client.parser import text_string_to_metric_families
-
-from conftest import free_port, wait_until_up
 
 RUNTIME_CLI = str(Path(sys.executable).parent / "kubeinfer-runtime")
 pytestmark = pytest.mark.slow

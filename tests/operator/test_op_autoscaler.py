@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from kubeinfer_operator.api import InferenceServiceSpec
+from kubeinfer_operator.autoscaler import Autoscaler
 from kubeinfer_operator.autoscaling import ScalingState
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
 from kubeinfer_operator.autoscaling.tick import (
@@ -16,8 +19,12 @@ from kubeinfer_operator.autoscaling.tick import (
     plan_disabled,
     plan_tick,
     scaling_config,
+    transition_event,
 )
+from kubeinfer_operator.conditions import Condition, Transition
 from kubeinfer_operator.names import LABEL_REVISION
+from kubeinfer_operator.settings import Settings
+from kubeinfer_operator.workqueue import Key
 from op_fixtures import example, isvc
 
 NOW = 1_700_000_000.0
@@ -197,3 +204,59 @@ def test_turning_autoscaling_off_drops_its_conditions(types: list[str]) -> None:
     conditions = [{"type": t, "status": "True"} for t in types]
     patch = plan_disabled({"status": {"conditions": conditions}})
     assert patch == ({"conditions": [{"type": "Ready", "status": "True"}]} if len(types) > 1 else {})
+
+
+@pytest.mark.parametrize(
+    ("type_", "status", "reason", "previous", "expected"),
+    [
+        ("MetricsAvailable", "False", "MetricsUnavailable", "True", "Warning"),
+        ("MetricsAvailable", "True", "SignalsRead", "False", "Normal"),  # recovered
+        ("MetricsAvailable", "True", "SignalsRead", None, None),  # a first good reading is no news
+        ("ScalingLimited", "True", "InsufficientNvidiaComGpu", "False", "Warning"),
+        ("ScalingLimited", "True", "InsufficientNvidiaComGpu", None, "Warning"),
+        ("ScalingLimited", "True", "TooFewReplicas", None, None),  # idle at minReplicas
+        ("ScalingLimited", "False", "DesiredWithinRange", "True", "Normal"),
+    ],
+)
+def test_condition_changes_become_events_of_the_right_type(
+    type_: str, status: str, reason: str, previous: str | None, expected: str | None
+) -> None:
+    event = transition_event(Transition(Condition(type_, status, reason, "why"), previous))  # type: ignore[arg-type]
+    assert (event[0] if event else None) == expected
+    if event:
+        assert event[1] == reason and event[2] == f"{type_} is {status}: why"
+
+
+class TimedTicks(Autoscaler):
+    """The real timers around a tick that only counts (the tick itself needs the API)."""
+
+    def __init__(self, enqueue: Callable[[Key], None], interval: float | None) -> None:
+        super().__init__(None, Settings(), enqueue)  # type: ignore[arg-type]
+        self.interval, self.ticks = interval, 0
+
+    def tick(self, namespace: str, name: str) -> float | None:
+        self.ticks += 1
+        return self.interval
+
+
+def test_each_service_ticks_once_per_interval_through_the_queue() -> None:
+    key = ("default", "tiny")
+
+    async def scenario() -> None:
+        queued: list[Key] = []
+        timers = TimedTicks(queued.append, interval=0.05)
+        await timers.tick_if_due(key)
+        await timers.tick_if_due(key)  # a reconcile between two ticks does not tick
+        assert timers.ticks == 1 and queued == []
+        await asyncio.sleep(0.15)
+        assert queued == [key]  # the timer only queues the key: the worker runs the tick
+        await timers.tick_if_due(key)
+        assert timers.ticks == 2
+
+        requeued: list[Key] = []
+        gone = TimedTicks(requeued.append, interval=None)
+        await gone.tick_if_due(key)
+        await asyncio.sleep(0.15)
+        assert requeued == []  # no timer is left for a deleted service
+
+    asyncio.run(scenario())

@@ -182,6 +182,19 @@ def plan_disabled(isvc: dict[str, Any]) -> dict[str, Any]:
     return {"conditions": kept} if kept != conditions else {}
 
 
+def transition_event(transition: Transition) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event for a condition change; None for a first good reading."""
+    condition = transition.condition
+    if condition.type == "MetricsAvailable":
+        bad = condition.status == "False"
+    else:  # ScalingLimited: bad when the load asks for more than it gets
+        bad = condition.status == "True" and condition.reason not in ("ManualReplicas", "TooFewReplicas")
+    if transition.previous_status is None and not bad:
+        return None
+    message = f"{condition.type} is {condition.status}: {condition.message}"
+    return ("Warning" if bad else "Normal", condition.reason, message)
+
+
 def _worth_recording(decision: Decision, history: list[dict[str, Any]], pinned: bool) -> bool:
     """A change of the replica count, or in dryRun one it would make (once per proposed change)."""
     if pinned or decision.desired == decision.current:

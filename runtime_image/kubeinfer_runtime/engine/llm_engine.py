@@ -47,13 +47,13 @@ def find_stop(text: str, stops: tuple[str, ...], new_from: int) -> int | None:
 
 
 def _eos_token_ids(model_dir: Path, hf_config: dict[str, Any], tokenizer: Tokenizer) -> frozenset[int]:
-    """EOS ids from the tokenizer and generation_config.json (chat models list several there)."""
-    ids: set[int] = set()
+    """EOS ids from the tokenizer, config.json and generation_config.json (chat models list several)."""
     path = model_dir / "generation_config.json"
-    declared = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
-    for value in (declared, tokenizer.eos_token_id, hf_config.get("eos_token_id") if not declared else None):
-        ids |= set(value) if isinstance(value, list) else {value} if value is not None else set()
-    return frozenset(ids)
+    generation = json.loads(path.read_text()) if path.is_file() else {}
+    ids: set[int | None] = {tokenizer.eos_token_id}
+    for value in (hf_config.get("eos_token_id"), generation.get("eos_token_id")):
+        ids |= set(value) if isinstance(value, list) else {value}
+    return frozenset(i for i in ids if i is not None)
 
 
 class LLMEngine:

@@ -106,6 +106,22 @@ def rope_tables(config: LlamaConfig, max_len: int, dtype: torch.dtype) -> tuple[
     return emb.cos().to(dtype), signed_sin.to(dtype)
 
 
+class Linear(nn.Module):
+    """x @ weight + bias, with `weight` stored [in, out]: the transpose of the checkpoint's layout.
+
+    On CPU, MKL streams this layout faster when x has one row (decode at batch 1): measured on
+    the bench-60m model, a batch-1 step took 13-14 ms instead of 17-19 ms. cuBLAS takes both alike.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(in_features, out_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight if self.bias is None else torch.addmm(self.bias, x, self.weight)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()
@@ -128,8 +144,8 @@ class Attention(nn.Module):
             config.head_dim,
         )
         qkv_out = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
+        self.qkv_proj = Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
+        self.o_proj = Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
         self.scale = self.head_dim**-0.5
         self.kv_cache = torch.empty(0)  # set by the model runner once the cache is allocated
 
@@ -149,8 +165,8 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
+        self.gate_up_proj = Linear(config.hidden_size, 2 * config.intermediate_size, bias=config.mlp_bias)
+        self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -197,16 +213,14 @@ PACKED_MODULES: dict[str, tuple[str, int]] = {
 
 
 class LlamaForCausalLM(nn.Module):
-
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-
-    def tie_weights(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        # Tied: the LM head is the embedding table, read in its own layout.
+        self.lm_head = (
+            None if config.tie_word_embeddings else Linear(config.hidden_size, config.vocab_size, False)
+        )
 
     def forward(
         self, input_ids: torch.Tensor, batch: AttentionBatch, logit_rows: torch.Tensor
@@ -215,7 +229,8 @@ class LlamaForCausalLM(nn.Module):
         x = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             x = layer(x, batch)
-        return self.lm_head(self.model.norm(x[logit_rows]))
+        x = self.model.norm(x[logit_rows])
+        return F.linear(x, self.model.embed_tokens.weight) if self.lm_head is None else self.lm_head(x)
 
     def shard_sizes(self, fused: str) -> list[int]:
         c = self.config
@@ -224,30 +239,31 @@ class LlamaForCausalLM(nn.Module):
         return [c.intermediate_size, c.intermediate_size]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        """Copy checkpoint tensors into the (fused) parameters; returns the parameter names filled."""
+        """Copy checkpoint tensors into the (fused, transposed) parameters; returns what was filled."""
         params = dict(self.named_parameters())
+        modules = dict(self.named_modules())
         filled: set[str] = set()
         for name, tensor in weights:
-            if name.endswith("rotary_emb.inv_freq"):  # old checkpoints saved the rope buffer
-                continue
-            if name == "lm_head.weight" and self.config.tie_word_embeddings:  # a copy of the embedding
+            # Old checkpoints saved the rope buffer; tied ones may carry a copy of the embedding.
+            if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and self.lm_head is None):
                 continue
             module, _, leaf = name.rpartition(".")
             parent, _, proj = module.rpartition(".")
-            if proj in PACKED_MODULES:
-                fused, shard = PACKED_MODULES[proj]
-                target = f"{parent}.{fused}.{leaf}"
-                offset = sum(self.shard_sizes(fused)[:shard])
-                param = params.get(target)
-                if param is None:
-                    raise ValueError(f"checkpoint tensor {name!r} has no place in {self.config.architecture}")
-                _copy_checked(name, param.data[offset : offset + self.shard_sizes(fused)[shard]], tensor)
-                filled.add(f"{target}#{shard}")
-                continue
-            if name not in params:
+            fused, shard = PACKED_MODULES.get(proj, (proj, None))
+            module = f"{parent}.{fused}" if parent else fused
+            param = params.get(f"{module}.{leaf}")
+            if param is None:
                 raise ValueError(f"checkpoint tensor {name!r} has no place in {self.config.architecture}")
-            _copy_checked(name, params[name].data, tensor)
-            filled.add(name)
+            target = (
+                param.data.t() if isinstance(modules[module], Linear) and leaf == "weight" else param.data
+            )
+            key = f"{module}.{leaf}"
+            if shard is not None:
+                sizes = self.shard_sizes(fused)
+                target = target[sum(sizes[:shard]) : sum(sizes[: shard + 1])]
+                key += f"#{shard}"
+            _copy_checked(name, target, tensor)
+            filled.add(key)
         return filled
 
     def expected_weights(self) -> set[str]:

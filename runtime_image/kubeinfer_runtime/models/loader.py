@@ -35,7 +35,6 @@ def load_model(
     with torch.device("meta"):
         model = build_model(config).to(dtype)
     model.to_empty(device=device)
-    model.tie_weights()
     filled: set[str] = set()
     handles = [safe_open(str(f), framework="pt", device=str(device)) for f in files]
     total = sum(len(h.keys()) for h in handles)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 from pathlib import Path
 
 import httpx
@@ -42,7 +43,13 @@ class ConfigMapSource:
             raise ConfigError("--configmap: KUBERNETES_SERVICE_HOST/PORT unset; run in a pod or use --config")
         self.url = f"https://{host}:{port}/api/v1/namespaces/{namespace}/configmaps/{name}"
         self.token_file = account_dir / "token"
-        self.client = httpx.Client(verify=str(account_dir / "ca.crt"), timeout=5.0, trust_env=False)
+        try:
+            trusted = ssl.create_default_context(cafile=account_dir / "ca.crt")
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"--configmap: cannot load the cluster CA {account_dir / 'ca.crt'}: {exc}"
+            ) from exc
+        self.client = httpx.Client(verify=trusted, timeout=5.0, trust_env=False)
         self.current = RouterConfig(tracks={})
         self._raw: str | None = None
 
