@@ -30,11 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM
+
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
 from kubeinfer_runtime.tiny_model import make_tiny_model
-from tqdm import tqdm
-from transformers import AutoModelForCausalLM
 
 
 @dataclass

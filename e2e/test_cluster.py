@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from localcluster import Cluster
 from localcluster.network import sandbox_name
 

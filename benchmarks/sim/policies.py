@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
 from sim.cluster import Cluster, ServerModel

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import Field
+
 from kubeinfer_operator.api import crd
 from kubeinfer_operator.api.base import KubeModel
-from pydantic import Field
 
 from .cases import CRD_PATH
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kubeinfer_operator.api import (
     Condition,
     InferenceServiceStatus,

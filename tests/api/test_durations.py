@@ -1,4 +1,5 @@
 import pytest
+
 from kubeinfer_operator.api import format_duration, parse_duration
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kubeinfer_operator.api import InferenceServiceStatus, InvalidManifest, parse_manifest
 
 from .cases import EXAMPLES, INVALID, Invalid, load, names_field, tiny

@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
+
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, Targets, decide
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
 

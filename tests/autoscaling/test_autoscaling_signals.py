@@ -10,11 +10,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
+
 from kubeinfer_operator.autoscaling import MetricsUnavailable, engine_metrics, fetch_signals
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
 from kubeinfer_operator.autoscaling.signals import queries
-from prometheus_api_client import PrometheusConnect
-from urllib3.util.retry import Retry
 
 Answer = Callable[[str], tuple[int, list[dict]]]  # PromQL -> (HTTP status, result vector)
 

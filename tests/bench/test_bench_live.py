@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from bench_processes import free_port
+
 from kubeinfer_operator.bench.client import RequestResult, Target, make_client
 from kubeinfer_operator.bench.command import main as bench_main
 from kubeinfer_operator.bench.runner import LoadPoint, PointResult, run_point, warm_up

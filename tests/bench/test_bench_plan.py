@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from kubeinfer_operator.bench.plan_command import main as plan_main
 from kubeinfer_operator.capacity import GIB, NAMED_CONFIGS, ModelShape, plan
 

@@ -10,6 +10,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+
 from kubeinfer_operator.bench.client import RequestResult
 from kubeinfer_operator.bench.runner import LoadPoint, PointResult, find_knee, sweep_rates
 from kubeinfer_operator.bench.slo import LatencyTarget, Slo, parse_slo_flags, slo_from_manifest

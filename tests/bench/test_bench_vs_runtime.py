@@ -13,11 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 from bench_processes import free_port, wait_until_up
+from prometheus_client.parser import text_string_to_metric_families
+
 from kubeinfer_operator.bench.client import Target, make_client
 from kubeinfer_operator.bench.runner import LoadPoint, PointResult, run_point, warm_up
 from kubeinfer_operator.bench.stats import percentile
 from kubeinfer_operator.bench.workload import LengthDistribution, RequestSpec, synthetic_requests
-from prometheus_client.parser import text_string_to_metric_families
 
 RUNTIME_CLI = str(Path(sys.executable).parent / "kubeinfer-runtime")
 pytestmark = pytest.mark.slow
@@ -71,7 +72,7 @@ def run_bench(url: str) -> PointResult:
         async with make_client(120.0) as client:
             target = Target(url, "tiny", timeout_s=120.0)
             lengths = LengthDistribution("uniform", 16, 64), LengthDistribution("uniform", 4, 24)
-            requests = synthetic_requests(30, *lengths, random.Random(4))
+            requests = synthetic_requests(40, *lengths, random.Random(4))
             # Two in flight keep the server below saturation: an overloaded server's event loop
             # stamps a request's arrival late, and its histograms then under-count what clients wait.
             point = LoadPoint(max_concurrency=2)
@@ -88,10 +89,11 @@ def assert_agrees_within_buckets(name: str, client: list[float], server: dict[fl
         assert sum(v <= bound for v in client) <= server[bound], (
             f"{name}: client faster than server at le={bound}"
         )
-    # Each percentile the client measured lies in the server's bucket for it, or the one either side.
-    # (Not p99: of 30 requests that is the single worst scheduling hiccup of a loaded CI machine.)
+    # The client's p50 and p90 lie in the server's bucket for them, or the one either side. Not
+    # p95/p99: on a busy 2-core machine a few requests in 40 wait 0.1-0.5 s before the server's
+    # event loop stamps their arrival, which no server histogram can see.
     total = server[float("inf")]
-    for q in (50.0, 90.0, 95.0):
+    for q in (50.0, 90.0):
         i = next(i for i, bound in enumerate(bounds) if server[bound] >= q / 100 * total)
         low, high = ([0.0, *bounds][max(i - 1, 0)], bounds[min(i + 1, len(bounds) - 1)])
         measured = percentile(client, q)
@@ -104,17 +106,17 @@ def test_bench_agrees_with_the_runtimes_own_histograms(runtime_url: str) -> None
     run_ = run_bench(runtime_url)
     after = histograms(runtime_url)
 
-    assert run_.stats.failed == 0 and run_.stats.completed == 30
+    assert run_.stats.failed == 0 and run_.stats.completed == 40
     successes = after["kubeinfer_requests_total"]["success"] - before["kubeinfer_requests_total"].get(
         "success", 0
     )
-    assert successes == 30
+    assert successes == 40
     for metric, values in (
         ("kubeinfer_time_to_first_token_seconds", [r.ttft for r in run_.results]),
         ("kubeinfer_e2e_request_latency_seconds", [r.e2e for r in run_.results]),
     ):
         delta = {le: count - before.get(metric, {}).get(le, 0) for le, count in after[metric].items()}
-        assert delta[float("inf")] == 30, f"{metric} counted {delta[float('inf')]} requests"
+        assert delta[float("inf")] == 40, f"{metric} counted {delta[float('inf')]} requests"
         assert_agrees_within_buckets(metric, values, delta)  # type: ignore[arg-type]
 
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.tiny_model import make_tiny_model
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.sequence import Sequence
 from kubeinfer_runtime.engine.types import SamplingParams

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from engine_helpers import assert_all_blocks_free, random_prompts
+
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import FinishReason, RequestOutput, SamplingParams
 from kubeinfer_runtime.tiny_model import make_tiny_model

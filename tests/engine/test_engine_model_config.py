@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from kubeinfer_runtime.models.llama import LlamaConfig, rope_inv_freq
-from kubeinfer_runtime.models.loader import load_model, load_model_config
-from kubeinfer_runtime.models.registry import parse_model_config
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig as HFLlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from kubeinfer_runtime.models.llama import LlamaConfig, rope_inv_freq
+from kubeinfer_runtime.models.loader import load_model, load_model_config
+from kubeinfer_runtime.models.registry import parse_model_config
 
 BASE = {
     "architectures": ["LlamaForCausalLM"],

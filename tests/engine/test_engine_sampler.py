@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+
 from kubeinfer_runtime.engine.sampler import sample
 from kubeinfer_runtime.engine.types import SamplingParams
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from engine_helpers import make_seq
+
 from kubeinfer_runtime.engine.block_manager import BlockManager
 from kubeinfer_runtime.engine.config import EngineConfig
 from kubeinfer_runtime.engine.scheduler import Scheduler, SchedulerOutput

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from kubeinfer_runtime.tiny_model import PRESETS, main, make_tiny_model
 from kubeinfer_runtime.tokenizer import Tokenizer
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 TEXT = "Hello 日本語, café 🙂 — the river runs past the old mill."
 MESSAGES = [

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from engine_helpers import assert_all_blocks_free, random_prompts
+from transformers import AutoModelForCausalLM
+
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
-from transformers import AutoModelForCausalLM
 
 pytestmark = pytest.mark.slow
 

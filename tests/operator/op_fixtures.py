@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.names import LABEL_ISVC, LABEL_REVISION
 from kubeinfer_operator.render import Owner

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from op_fixtures import example, isvc
+
 from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.autoscaler import Autoscaler
 from kubeinfer_operator.autoscaling import ScalingState
@@ -25,7 +27,6 @@ from kubeinfer_operator.conditions import Condition, Transition
 from kubeinfer_operator.names import LABEL_REVISION
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.workqueue import Key
-from op_fixtures import example, isvc
 
 NOW = 1_700_000_000.0
 IDLE = {QUEUE_TIME: 0.004, OLDEST_WAIT: 0.0, KV_USAGE: 0.0, WAITING: 0.0}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kubeinfer_operator.kv_capacity import check, device_memory, model_shape
 from op_fixtures import example, spec_of
+
+from kubeinfer_operator.kv_capacity import check, device_memory, model_shape
 
 
 def test_llama_8b_on_h100_reports_bytes_per_token_and_the_batch_that_fits() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
 from op_fixtures import pod
+
+from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
 
 ASK = ResourceAsk(gpus=4, gpu_resource="nvidia.com/gpu")
 SCHEDULER = (

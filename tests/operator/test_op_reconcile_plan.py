@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from op_fixtures import OWNER, deployment, example, isvc, pod, spec_of
+
 from kubeinfer_operator import kv_capacity
 from kubeinfer_operator.conditions import find
 from kubeinfer_operator.reconcile import Plan, desired_replicas, plan, plan_invalid
 from kubeinfer_operator.render import render_pod_template
 from kubeinfer_operator.settings import Settings
-from op_fixtures import OWNER, deployment, example, isvc, pod, spec_of
 
 NOW, LATER = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
 SETTINGS = Settings()

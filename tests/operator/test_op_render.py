@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from op_fixtures import OWNER, example, spec_of
+
 from kubeinfer_operator.names import LABEL_ISVC, LABEL_REVISION, LABEL_TRACK
 from kubeinfer_operator.render import (
     render_deployment,
@@ -10,7 +12,6 @@ from kubeinfer_operator.render import (
     render_service,
 )
 from kubeinfer_operator.settings import Settings
-from op_fixtures import OWNER, example, spec_of
 
 SETTINGS = Settings(runtime_image="registry.example/kubeinfer-runtime:1.2.3")
 

@@ -7,6 +7,8 @@ import json
 import math
 from typing import Any
 
+from op_fixtures import OWNER, deployment, example, isvc, pod, spec_of
+
 from kubeinfer_operator.names import LABEL_TRACK
 from kubeinfer_operator.render import render_pod_template
 from kubeinfer_operator.rollout.analysis import Outcome, Verdict
@@ -19,7 +21,6 @@ from kubeinfer_operator.rollout_controller import (
     slo_targets,
 )
 from kubeinfer_operator.settings import Settings
-from op_fixtures import OWNER, deployment, example, isvc, pod, spec_of
 
 SETTINGS = Settings()
 NOW = 1_800_000_000.0

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+from op_fixtures import OWNER
+
 from kubeinfer_operator.names import LABEL_ISVC, LABEL_TRACK
 from kubeinfer_operator.router_render import render_router
 from kubeinfer_operator.settings import Settings
-from op_fixtures import OWNER
 
 CONFIG = {"tracks": {"stable": {"weight": 90, "endpoints": ["http://10.0.0.1:8000"]}}}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kubeinfer_operator.rollout.analysis import (
     LatencyObjective,
     Outcome,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from rollout_sim import INCONCLUSIVE, PASS, TTFT_FAIL, SimCluster, started
+
 from kubeinfer_operator.rollout.analysis import Outcome, Verdict
 from kubeinfer_operator.rollout.state_machine import (
     ABORT_ANNOTATION,
@@ -20,7 +22,6 @@ from kubeinfer_operator.rollout.state_machine import (
     command_from_annotations,
     default_progress_deadline_s,
 )
-from rollout_sim import INCONCLUSIVE, PASS, TTFT_FAIL, SimCluster, started
 
 SPEC = RolloutSpec(
     steps=(Step(10, 60.0), Step(50, 60.0)),

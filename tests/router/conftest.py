@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubeinfer_runtime.router.app import create_app
 from router_fakes import FakeBackend, ServerThread, write_config
+
+from kubeinfer_runtime.router.app import create_app
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import certifi
 import pytest
+
 from kubeinfer_runtime.router.config import ConfigError
 from kubeinfer_runtime.router.configmap_source import ConfigMapSource, parse_reference
 

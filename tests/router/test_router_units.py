@@ -7,6 +7,7 @@ import itertools
 import re
 
 import pytest
+
 from kubeinfer_runtime.router.balancer import BackendLoad, TrackChooser, pick_least_loaded
 from kubeinfer_runtime.router.config import ConfigError, parse_config
 from kubeinfer_runtime.router.load_probe import parse_load

@@ -11,9 +11,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from kubeinfer_runtime.tokenizer import Tokenizer
 from openai.types import Completion
 from runtime_server_process import SERVED_MODEL, LiveServer, start_server
+
+from kubeinfer_runtime.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.slow
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from kubeinfer_runtime.engine.types import EngineStats
 from kubeinfer_runtime.server.metrics import RuntimeMetrics, StatsSnapshot
-from prometheus_client.parser import text_string_to_metric_families
 
 
 def _stats(**overrides: float) -> EngineStats:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
+
 from kubeinfer_runtime.engine.types import SamplingParams
 from kubeinfer_runtime.server import errors
 from kubeinfer_runtime.server.protocol import ChatCompletionRequest, CompletionRequest
-from pydantic import ValidationError
 
 
 def _error_for(model: type, body: dict) -> errors.APIError:
