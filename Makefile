@@ -64,8 +64,12 @@ demo: deps
 bench-engine: venv
 	$(PY) benchmarks/engine_throughput.py --json out/bench-engine.json
 
+bench-serve: venv
+	mkdir -p out
+	bash benchmarks/serve_sweep.sh
+
 sim-autoscaling: venv
-	$(PY) benchmarks/autoscaling_sim.py --json out/sim-autoscaling.json --plot-dir docs/img
+	$(PY) benchmarks/autoscaling_sim.py --json benchmarks/sim/results/autoscaling.json --plot-dir benchmarks/sim/results
 
 clean: cluster-down
 	rm -rf .venv out .pytest_cache .ruff_cache

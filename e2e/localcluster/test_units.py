@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from localcluster.config import load_config
@@ -81,6 +82,26 @@ def test_launch_mounts_parents_first_from_open_descriptors() -> None:
     assert "mount --no-canonicalize --bind /proc/self/fd/10 /work\n" in script
     assert "mount -o remount,bind,ro /work/sub" in script
     assert argv[:3] == ["nsenter", "--net=/run/netns/x", "--"] and argv[-2:] == ["python3", "-V"]
+
+
+def test_a_volume_over_a_parent_of_the_image_does_not_hide_it(tmp_path: Path) -> None:
+    # CI may clone the project under /tmp, and the operator's pod mounts an emptyDir at /tmp: the
+    # checkout (standing for the container image) must stay visible inside the pod.
+    image = tmp_path / "scratch" / "checkout"
+    image.mkdir(parents=True)
+    (image / "marker").write_text("image\n")
+    volume = tmp_path / "emptydir"
+    volume.mkdir()
+    argv = launch_argv(
+        None,
+        "pod",
+        [Mount(str(volume), str(tmp_path / "scratch"), False)],
+        "/",
+        ["bash", "-c", f"cat {image / 'marker'}; ls -A {tmp_path / 'scratch'}"],
+        image_paths=(str(image),),
+    )
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["image", "checkout"]  # the image is back; nothing else of the host's dir shows
 
 
 def test_hosts_file_names_services() -> None:

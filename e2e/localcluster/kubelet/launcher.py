@@ -11,6 +11,12 @@ from pathlib import Path
 
 from .volumes import Mount
 
+# What stands for the container image here: the project checkout with its venv (the console scripts pods
+# run, and the sources an editable install points at).  A volume mounted over one of its parents (an
+# emptyDir at /tmp, with the checkout under /tmp) would hide the "image"; in a real container the image's
+# files never sit under a volume, so these paths are bound back on top of such a volume.
+IMAGE_PATHS: tuple[str, ...] = (str(Path(__file__).resolve().parents[3]),)
+
 HOSTS_HEADER = """# Kubernetes-managed hosts file (process kubelet).
 127.0.0.1\tlocalhost
 ::1\tlocalhost ip6-localhost ip6-loopback
@@ -23,7 +29,12 @@ def ordered(mounts: list[Mount]) -> list[Mount]:
 
 
 def launch_argv(
-    netns_path: str | None, hostname: str, mounts: list[Mount], workdir: str, command: list[str]
+    netns_path: str | None,
+    hostname: str,
+    mounts: list[Mount],
+    workdir: str,
+    command: list[str],
+    image_paths: tuple[str, ...] = IMAGE_PATHS,
 ) -> list[str]:
     """Every source is opened before anything is mounted and mounted from /proc/self/fd/N: a mount at
     /work must not hide a later source under /work (the harness's own state dir, say)."""
@@ -32,18 +43,28 @@ def launch_argv(
     if netns_path:
         lines.append(f"echo {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
     lines += [f"exec {10 + i}<{shlex.quote(m.source)}" for i, m in enumerate(mounts)]
+    shadowed = [p for p in image_paths if any(_within(p, m.target) for m in mounts)]
+    first_kept = 10 + len(mounts)
+    lines += [f"exec {first_kept + i}<{shlex.quote(p)}" for i, p in enumerate(shadowed)]
     for i, m in enumerate(mounts):
         target = shlex.quote(m.target)
         make = f"mkdir -p {target}" if os.path.isdir(m.source) else f"[ -e {target} ] || touch {target}"
         lines += [make, f"mount --no-canonicalize --bind /proc/self/fd/{10 + i} {target}"]
         if m.read_only:
             lines.append(f"mount -o remount,bind,ro {target}")
-    lines += [f"exec {10 + i}<&-" for i in range(len(mounts))]
+    for i, p in enumerate(shadowed):
+        path = shlex.quote(p)
+        lines += [f"mkdir -p {path}", f"mount --no-canonicalize --bind /proc/self/fd/{first_kept + i} {path}"]
+    lines += [f"exec {10 + i}<&-" for i in range(len(mounts) + len(shadowed))]
     lines += [f"mkdir -p {shlex.quote(workdir)}", f"cd {shlex.quote(workdir)}", 'exec "$@"']
     script = "\n".join(lines)
     unshare = ["unshare", "--mount", "--propagation", "private", *(["--uts"] if netns_path else []), "--"]
     enter = ["nsenter", f"--net={netns_path}", "--"] if netns_path else []
     return [*enter, *unshare, "bash", "-c", script, "bash", *command]
+
+
+def _within(path: str, parent: str) -> bool:
+    return Path(path) == Path(parent) or Path(parent) in Path(path).parents
 
 
 def ensure_mountpoints(mounts: list[Mount], record: Path) -> None:
