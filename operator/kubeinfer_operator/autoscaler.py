@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
 from kubeinfer_operator.autoscaling import MetricsUnavailable, ScalingState, engine_metrics, fetch_signals
+from kubeinfer_operator.autoscaling.signals import fetch_slo_readings
 from kubeinfer_operator.autoscaling.tick import (
     count_pods,
     enabled,
@@ -101,18 +102,19 @@ class Autoscaler:
             self.settings.prometheus_url, disable_ssl=True, timeout=PROMETHEUS_TIMEOUT_SECONDS
         )
         try:
-            signals: dict[str, float] | None = fetch_signals(
-                prometheus, engine_metrics(spec.runtime.engine), namespace, name
-            )
+            metrics = engine_metrics(spec.runtime.engine)
+            signals: dict[str, float] | None = fetch_signals(prometheus, metrics, namespace, name)
+            window = f"{max(int(parse_duration(spec.slo.window)), 30)}s"
+            slo_readings = fetch_slo_readings(prometheus, metrics, namespace, name, window)
             error = ""
         except MetricsUnavailable as unavailable:
-            signals, error = None, str(unavailable)
+            signals, slo_readings, error = None, {}, str(unavailable)
         key = (namespace, name)
         state, made = self._states.get(key, (ScalingState(), 0.0))
         if time.monotonic() - made > STALE_INTERVALS * interval:
             state = ScalingState()
         current = desired_replicas(spec, isvc.get("status") or {})
-        plan = plan_tick(isvc, spec, current, pods, signals, error, state, time.time())
+        plan = plan_tick(isvc, spec, current, pods, signals, error, state, time.time(), slo_readings)
         if plan.status:
             self.kube.patch_status(KIND, namespace, name, plan.status)
         self._states[key] = (plan.state, time.monotonic())  # only once the decision it led to is written

@@ -118,3 +118,16 @@ def test_prometheus_errors_mean_metrics_unavailable(
     unreachable = PrometheusConnect("http://127.0.0.1:9", retry=Retry(total=0))  # discard port: refused
     with pytest.raises(MetricsUnavailable, match="failed"):
         fetch_signals(unreachable, engine_metrics("builtin"), "team-a", "chat")
+
+
+def test_slo_readings_are_queried_per_service_over_the_slo_window() -> None:
+    from kubeinfer_operator.autoscaling.signals import slo_queries
+
+    builtin = slo_queries(engine_metrics("builtin"), "prod", "chat", "5m")
+    assert set(builtin) == {"ttftP95", "tpotP95", "e2eP95", "errorRate"}
+    assert "kubeinfer_time_to_first_token_seconds_bucket" in builtin["ttftP95"]
+    assert "[5m]" in builtin["tpotP95"] and 'inferenceservice="chat"' in builtin["e2eP95"]
+    assert 'outcome=~"error|timeout"' in builtin["errorRate"]
+    # vLLM exports no failure counter: no error rate is made up for it.
+    vllm = slo_queries(engine_metrics("vllm"), "prod", "chat", "5m")
+    assert "errorRate" not in vllm and "vllm:time_to_first_token_seconds_bucket" in vllm["ttftP95"]

@@ -128,6 +128,11 @@ def test_an_overloaded_replica_scales_up_and_the_decision_is_recorded() -> None:
         "oldestWaitingAge": "3s",
         "kvCacheUsage": 0.2,
         "waitingPerReplica": 6.0,
+        # No request finished in the SLO window yet: no reading, rather than a zero.
+        "ttftP95": None,
+        "tpotP95": None,
+        "e2eP95": None,
+        "errorRate": None,
         "time": "2023-11-14T22:13:20Z",
     }
     assert plan.event == ("ScaledUp", plan.decision.reason)
@@ -261,3 +266,13 @@ def test_each_service_ticks_once_per_interval_through_the_queue() -> None:
         assert requeued == []  # no timer is left for a deleted service
 
     asyncio.run(scenario())
+
+
+def test_the_slo_as_measured_is_shown_beside_the_signals() -> None:
+    from kubeinfer_operator.autoscaling.tick import status_signals
+
+    readings = status_signals(
+        {"waiting": 0.0, "kv_usage": 0.1}, 2, {"ttftP95": 0.212, "tpotP95": 0.04, "errorRate": 0.00123}
+    )
+    assert readings["ttftP95"] == "212ms" and readings["tpotP95"] == "40ms"
+    assert readings["e2eP95"] is None and readings["errorRate"] == 0.0012

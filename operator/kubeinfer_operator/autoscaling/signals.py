@@ -30,6 +30,12 @@ class EngineMetrics:
     # so a queue that has stalled shows up late in the percentile; this gauge shows it at once. vLLM has
     # none (and observes queue time only when a request finishes): its waiting gauge is the prompt signal.
     oldest_wait: str | None
+    # The SLO's own histograms, read for status (and `kubectl get`): the SLO as users see it.
+    ttft: str
+    tpot: str
+    e2e: str
+    # Counter with an `outcome` label, or None where the engine exports no failure count.
+    outcomes: str | None
 
 
 ENGINES: dict[str, EngineMetrics] = {
@@ -38,12 +44,20 @@ ENGINES: dict[str, EngineMetrics] = {
         kv_usage="kubeinfer_kv_cache_usage_ratio",
         queue_time="kubeinfer_request_queue_time_seconds",
         oldest_wait="kubeinfer_oldest_waiting_request_age_seconds",
+        ttft="kubeinfer_time_to_first_token_seconds",
+        tpot="kubeinfer_time_per_output_token_seconds",
+        e2e="kubeinfer_e2e_request_latency_seconds",
+        outcomes="kubeinfer_requests_total",
     ),
     "vllm": EngineMetrics(
         waiting="vllm:num_requests_waiting",
         kv_usage="vllm:kv_cache_usage_perc",  # a 0..1 fraction despite the name
         queue_time="vllm:request_queue_time_seconds",
         oldest_wait=None,
+        ttft="vllm:time_to_first_token_seconds",
+        tpot="vllm:request_time_per_output_token_seconds",
+        e2e="vllm:e2e_request_latency_seconds",
+        outcomes=None,  # vllm:request_success_total counts successes only
     ),
 }
 
@@ -74,6 +88,39 @@ def queries(
     if metrics.oldest_wait:
         out[OLDEST_WAIT] = f"max({metrics.oldest_wait}{sel})"
     return out
+
+
+def slo_queries(metrics: EngineMetrics, namespace: str, name: str, window: str) -> dict[str, str]:
+    """PromQL for the SLO readings shown in status.signals: p95 TTFT / TPOT / E2E and the error rate."""
+    sel = f'{{namespace="{_escape(namespace)}",inferenceservice="{_escape(name)}"}}'
+
+    def p95(histogram: str) -> str:
+        return f"histogram_quantile(0.95, sum by (le) (rate({histogram}_bucket{sel}[{window}])))"
+
+    out = {"ttftP95": p95(metrics.ttft), "tpotP95": p95(metrics.tpot), "e2eP95": p95(metrics.e2e)}
+    if metrics.outcomes:
+        failed = sel[:-1] + ',outcome=~"error|timeout"}'
+        out["errorRate"] = (
+            f"sum(rate({metrics.outcomes}{failed}[{window}])) / sum(rate({metrics.outcomes}{sel}[{window}]))"
+        )
+    return out
+
+
+def fetch_slo_readings(
+    prom: PrometheusConnect, metrics: EngineMetrics, namespace: str, name: str, window: str
+) -> dict[str, float]:
+    """The SLO readings that have data: with no request in the window a percentile is NaN and is left
+    out (the status then shows none, not zero). A failed query leaves its reading out too: these
+    readings inform people, the scaling decision never depends on them."""
+    readings: dict[str, float] = {}
+    for key, promql in slo_queries(metrics, namespace, name, window).items():
+        try:
+            result = prom.custom_query(promql)
+        except (requests.RequestException, PrometheusApiClientException):
+            continue
+        if result and math.isfinite(value := float(result[0]["value"][1])):
+            readings[key] = value
+    return readings
 
 
 def fetch_signals(

@@ -126,6 +126,7 @@ def plan_tick(
     metrics_error: str,
     state: ScalingState,
     now: float,
+    slo_readings: dict[str, float] | None = None,
 ) -> TickPlan:
     """`current`: the replica count the operator runs now; `signals` None: Prometheus did not answer."""
     status = isvc.get("status") or {}
@@ -158,8 +159,9 @@ def plan_tick(
     if decision.act:
         patch["desiredReplicas"] = decision.desired
     if signals is not None:
-        readings = status_signals(signals, pods.ready)
-        previous = {k: v for k, v in (status.get("signals") or {}).items() if k in readings}
+        readings = status_signals(signals, pods.ready, slo_readings or {})
+        # None clears a reading in the merge patch: the stored object has no such key.
+        previous = {k: v for k, v in (status.get("signals") or {}).items() if k in readings and v is not None}
         if previous != {k: v for k, v in readings.items() if v is not None}:
             patch["signals"] = {**readings, "time": rfc3339(now)}
     history = status.get("scalingDecisions") or []
@@ -205,15 +207,24 @@ def _worth_recording(decision: Decision, history: list[dict[str, Any]], pinned: 
     return (last.get("fromReplicas"), last.get("toReplicas")) != (decision.current, decision.desired)
 
 
-def status_signals(signals: dict[str, float], ready: int) -> dict[str, Any]:
-    """status.signals from the fetched values; an absent value is None so that a merge patch clears it."""
+def status_signals(
+    signals: dict[str, float], ready: int, slo_readings: dict[str, float] | None = None
+) -> dict[str, Any]:
+    """status.signals from the fetched values; an absent value is None so that a merge patch clears it.
+
+    `slo_readings` (ttftP95, tpotP95, e2eP95 in seconds, errorRate 0-1) are shown beside the
+    scaling signals, so `kubectl get` puts the SLO as measured next to the SLO as written."""
     waiting, kv = signals.get(WAITING), signals.get(KV_USAGE)
     per_replica = None if waiting is None or not ready else round(waiting / ready, 2)
+    slo = slo_readings or {}
+    error_rate = slo.get("errorRate")
     return {
         STATUS_NAMES[QUEUE_TIME]: _seconds(signals.get(QUEUE_TIME)),
         STATUS_NAMES[OLDEST_WAIT]: _seconds(signals.get(OLDEST_WAIT)),
         STATUS_NAMES[KV_USAGE]: None if kv is None else round(min(max(kv, 0.0), 1.0), 3),
         STATUS_NAMES[WAITING_PER_REPLICA]: per_replica,
+        **{key: _seconds(slo.get(key)) for key in ("ttftP95", "tpotP95", "e2eP95")},
+        "errorRate": None if error_rate is None else round(min(max(error_rate, 0.0), 1.0), 4),
     }
 
 
