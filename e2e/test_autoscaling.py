@@ -8,24 +8,16 @@ and GPU capacity running out.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from demo import (
-    TINY_EXAMPLE,
-    endpoint_addresses,
-    ensure_tiny_model,
-    helm_install,
-    service_urls,
-    tiny_model_dir,
-)
+from demo import TINY_EXAMPLE, endpoint_addresses, service_urls
+from e2e_support import get, operator_release, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -38,20 +30,6 @@ SCALE_DOWN_WINDOW = 30.0
 TOLERANCE = 0.1
 WAITING_TARGET = 2  # per replica
 QUEUE_TIME_TARGET = 0.5  # the oldest-wait target is twice this
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        if result := probe():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def get(cluster: Any, *args: str) -> dict[str, Any]:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
 def isvc(cluster: Any, name: str) -> dict[str, Any]:
@@ -139,33 +117,14 @@ class Load:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Any) -> Iterator[Any]:
-    ensure_tiny_model(tiny_model_dir())
-    wait_for(
-        f"namespace {NAMESPACE} from an earlier run to go",
-        lambda: cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0,
-        timeout=120,
-    )
-    cluster.kubectl("create", "namespace", NAMESPACE)
-    helm_install(
-        cluster,
-        {
-            "replicaCount": 1,
-            "prometheusUrl": cluster.prometheus_url,
-            "resyncSeconds": 10,
-            "watchNamespaces": [NAMESPACE],
-        },
-        release=RELEASE,
-        namespace=OPERATOR_NAMESPACE,
-    )
-    yield cluster
-    cluster.start_prometheus()  # whatever a failed test left
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-    subprocess.run(
-        [cluster.helm_path, "uninstall", RELEASE, f"--kubeconfig={cluster.kubeconfig}",
-         f"--namespace={OPERATOR_NAMESPACE}", "--wait"],
-        check=False, capture_output=True,
-    )  # fmt: skip
-    cluster.kubectl("delete", "lease", f"{RELEASE}-operator", "-n", OPERATOR_NAMESPACE, check=False)
+    values = {"replicaCount": 1, "resyncSeconds": 10}
+    with operator_release(
+        cluster, release=RELEASE, operator_namespace=OPERATOR_NAMESPACE, namespace=NAMESPACE, values=values
+    ):
+        try:
+            yield cluster
+        finally:
+            cluster.start_prometheus()  # whatever a failed test left
 
 
 def create(cluster: Any, obj: dict[str, Any]) -> str:

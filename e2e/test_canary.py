@@ -8,9 +8,7 @@ is rolled back at the progress deadline; and a good one survives the operator be
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +19,9 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from demo import TINY_EXAMPLE, ensure_tiny_model, helm_install, tiny_model_dir
+from demo import TINY_EXAMPLE
+from e2e_support import get, operator_release
+from e2e_support import wait_for as support_wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -45,18 +45,7 @@ SETTLE_S = 3  # after a weight change, the router picks up its ConfigMap within 
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 120, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def get(cluster: Any, *args: str) -> dict[str, Any]:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+    return support_wait_for(what, probe, timeout, interval)
 
 
 def isvc(cluster: Any) -> dict[str, Any]:
@@ -178,44 +167,23 @@ def leader_pod(cluster: Any) -> str:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Any) -> Iterator[Any]:
-    ensure_tiny_model(tiny_model_dir())
-    wait_for(
-        f"namespace {NAMESPACE} from an earlier run to go",
-        lambda: cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0,
-        timeout=120,
-    )
-    cluster.kubectl("create", "namespace", NAMESPACE)
-    helm_install(
-        cluster,
-        {
-            "replicaCount": 2,
-            "prometheusUrl": cluster.prometheus_url,
-            "resyncSeconds": 5,
-            "watchNamespaces": [NAMESPACE],
-        },
-        release=RELEASE,
-        namespace=OPERATOR_NAMESPACE,
-    )
-    apply(cluster, manifest("1"))
+    values = {"replicaCount": 2, "resyncSeconds": 5}
+    with operator_release(
+        cluster, release=RELEASE, operator_namespace=OPERATOR_NAMESPACE, namespace=NAMESPACE, values=values
+    ):
+        apply(cluster, manifest("1"))
 
-    def serving_through_router() -> bool:
-        current = isvc(cluster)
-        ready = condition(current, "Ready").get("status") == "True"
-        router = cluster.kubectl(
-            "get", "deployment", f"{NAME}-router", "-n", NAMESPACE, "-o", "jsonpath={.status.readyReplicas}",
-            check=False,
-        )  # fmt: skip
-        return ready and router.stdout.strip() == "2"
+        def serving_through_router() -> bool:
+            current = isvc(cluster)
+            ready = condition(current, "Ready").get("status") == "True"
+            ready_routers = "jsonpath={.status.readyReplicas}"
+            router = cluster.kubectl(
+                "get", "deployment", f"{NAME}-router", "-n", NAMESPACE, "-o", ready_routers, check=False
+            )
+            return ready and router.stdout.strip() == "2"
 
-    wait_for("the first revision to serve through its router", serving_through_router, timeout=180)
-    yield cluster
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-    subprocess.run(
-        [cluster.helm_path, "uninstall", RELEASE, f"--kubeconfig={cluster.kubeconfig}",
-         f"--namespace={OPERATOR_NAMESPACE}", "--wait"],
-        check=False, capture_output=True,
-    )  # fmt: skip
-    cluster.kubectl("delete", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
+        wait_for("the first revision to serve through its router", serving_through_router, timeout=180)
+        yield cluster
 
 
 def wait_phase(cluster: Any, phases: set[str], timeout: float) -> dict[str, Any]:

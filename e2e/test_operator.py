@@ -3,25 +3,16 @@ Deployment with the chart's ServiceAccount, so every API call it makes is checke
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import yaml
-from demo import (
-    CHART,
-    TINY_EXAMPLE,
-    chat,
-    endpoint_addresses,
-    ensure_tiny_model,
-    helm_install,
-    service_urls,
-    tiny_model_dir,
-)
+from demo import CHART, TINY_EXAMPLE, chat, endpoint_addresses, service_urls
+from e2e_support import get, operator_release, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -34,21 +25,6 @@ OPERATOR_NAME = f"{RELEASE}-operator"  # Deployment, ServiceAccount and Lease
 NAMESPACE = "op-e2e"
 ISVC_LABEL = "serving.kubeinfer.dev/inferenceservice"
 RESYNC_SECONDS = 3
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
-
-def get(cluster: Any, *args: str) -> dict[str, Any]:
-    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
 
 
 def owned(cluster: Any, kind: str, name: str) -> list[dict[str, Any]]:
@@ -89,43 +65,21 @@ def apply(cluster: Any, obj: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Any) -> Iterator[Any]:
-    ensure_tiny_model(tiny_model_dir())
-    # A namespace left terminating by an earlier session cannot take new objects: wait it out.
-    wait_for(
-        f"namespace {NAMESPACE} from an earlier run to go",
-        lambda: cluster.kubectl("get", "namespace", NAMESPACE, check=False).returncode != 0,
-        timeout=120,
-    )
-    cluster.kubectl("create", "namespace", NAMESPACE)
-    helm_install(
-        cluster,
-        {
-            "replicaCount": 2,
-            "prometheusUrl": cluster.prometheus_url,
-            "logLevel": "DEBUG",
-            "resyncSeconds": RESYNC_SECONDS,
-            "watchNamespaces": [NAMESPACE],
-        },
-        release=RELEASE,
-        namespace=OPERATOR_NAMESPACE,
-    )
+    values = {"replicaCount": 2, "logLevel": "DEBUG", "resyncSeconds": RESYNC_SECONDS}
+    with operator_release(
+        cluster, release=RELEASE, operator_namespace=OPERATOR_NAMESPACE, namespace=NAMESPACE, values=values
+    ):
 
-    def elected() -> bool:
-        lease = cluster.kubectl("get", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
-        pods = get(cluster, "pods", "-n", OPERATOR_NAMESPACE, "-l", f"app.kubernetes.io/instance={RELEASE}")
-        return lease.returncode == 0 and leader_pod(cluster) in {p["metadata"]["name"] for p in pods["items"]}
+        def elected() -> bool:
+            lease = cluster.kubectl("get", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
+            instance = f"app.kubernetes.io/instance={RELEASE}"
+            pods = get(cluster, "pods", "-n", OPERATOR_NAMESPACE, "-l", instance)
+            names = {p["metadata"]["name"] for p in pods["items"]}
+            return lease.returncode == 0 and leader_pod(cluster) in names
 
-    # A Lease left by an earlier session (its holder gone) expires within its 15 s duration.
-    wait_for("one of the operator pods to be elected", elected, timeout=60)
-    yield cluster
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-    subprocess.run(
-        [cluster.helm_path, "uninstall", RELEASE, f"--kubeconfig={cluster.kubeconfig}",
-         f"--namespace={OPERATOR_NAMESPACE}", "--wait"],
-        check=False, capture_output=True,
-    )  # fmt: skip
-    # The operator's Lease is its own, not the chart's: it outlives an uninstall.
-    cluster.kubectl("delete", "lease", OPERATOR_NAME, "-n", OPERATOR_NAMESPACE, check=False)
+        # A Lease left by an earlier session (its holder gone) expires within its 15 s duration.
+        wait_for("one of the operator pods to be elected", elected, timeout=60)
+        yield cluster
 
 
 @pytest.fixture(scope="module")

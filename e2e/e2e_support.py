@@ -1,0 +1,61 @@
+"""What the operator's cluster tests share: polling, `kubectl get` as JSON, and an operator release
+of their own (serving only the test's namespace, so releases of different test files never fight)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from demo import ensure_tiny_model, helm_install, tiny_model_dir
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, interval: float = 0.5) -> Any:
+    """The probe's first truthy result; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if result := probe():
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def get(cluster: Any, *args: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", *args, "-o", "json").stdout)
+
+
+@contextmanager
+def operator_release(
+    cluster: Any, *, release: str, operator_namespace: str, namespace: str, values: dict[str, Any]
+) -> Iterator[None]:
+    """The chart installed as `release`, watching only `namespace` (created fresh), with the tiny
+    model on disk; on exit the namespace, the release and the operator's Lease go."""
+    ensure_tiny_model(tiny_model_dir())
+    # A namespace left terminating by an earlier session cannot take new objects: wait it out.
+    wait_for(
+        f"namespace {namespace} from an earlier run to go",
+        lambda: cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0,
+        timeout=120,
+    )
+    cluster.kubectl("create", "namespace", namespace)
+    helm_install(
+        cluster,
+        {"prometheusUrl": cluster.prometheus_url, "watchNamespaces": [namespace], **values},
+        release=release,
+        namespace=operator_namespace,
+    )
+    try:
+        yield
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        subprocess.run(
+            [cluster.helm_path, "uninstall", release, f"--kubeconfig={cluster.kubeconfig}",
+             f"--namespace={operator_namespace}", "--wait"],
+            check=False, capture_output=True,
+        )  # fmt: skip
+        # The operator's Lease is its own, not the chart's: it outlives an uninstall.
+        cluster.kubectl("delete", "lease", f"{release}-operator", "-n", operator_namespace, check=False)
