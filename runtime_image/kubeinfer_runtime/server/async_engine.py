@@ -140,8 +140,13 @@ class AsyncEngine:
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Ask the engine thread to finish and wait for it: a thread still inside torch while the
+        interpreter shuts down makes the C++ runtime abort the process (SIGABRT, "terminate called
+        without an active exception") instead of exiting 0."""
         self._commands.put(_STOP)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
 
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.state != EngineState.FAILED
