@@ -5,9 +5,10 @@ Workload: N requests (default 64) with prompts of 64-512 random tokens and 16-25
 
   engine          LLMEngine.generate over all requests at once (continuous batching)
   hf-sequential   transformers generate, one request at a time
-  hf-static       transformers generate in static, left-padded batches (default: as many requests
-                  per batch as the engine runs at once); a batch runs until its longest output is
-                  done, so only each request's own output tokens count as useful
+  hf-static-B     transformers generate in static, left-padded batches of B requests (default: as
+                  many as the engine runs at once, and a quarter of that, which suits transformers
+                  better); a batch runs until its longest output is done, so only each request's
+                  own output tokens count as useful
 
 Plus the batch-1 decode step time of both against the floor set by memory bandwidth: the bytes of
 the weights divided by the read bandwidth of a warm sum over a buffer far larger than the caches.
@@ -166,7 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's concurrent sequences")
-    parser.add_argument("--static-batch-size", type=int, help="default: --max-num-seqs")
+    parser.add_argument(
+        "--static-batch-size",
+        type=int,
+        action="append",
+        help="repeatable (default: --max-num-seqs and a quarter of it)",
+    )
     parser.add_argument(
         "--sequential-sample",
         type=int,
@@ -181,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.requests, args.sequential_sample, args.max_num_seqs = 8, 4, 8
     prompt_lens, output_lens = ((16, 64), (4, 16)) if args.quick else ((64, 512), (16, 256))
-    static_batch = args.static_batch_size or args.max_num_seqs
+    static_batches = (
+        args.static_batch_size or sorted({args.max_num_seqs, max(1, args.max_num_seqs // 4)})[::-1]
+    )
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -209,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         results = {
             "engine": run_engine(engine, work),
             "hf_sequential": run_hf_sequential(hf, work, sample, pad_id),
-            "hf_static": run_hf_static(hf, work, static_batch, pad_id),
+            **{f"hf_static_{b}": run_hf_static(hf, work, b, pad_id) for b in static_batches},
         }
         probe, steps = work.prompts[0][:128], 16 if args.quick else 64
         engine_steps = engine_decode_steps_s(engine, probe, steps)
@@ -253,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             "total_prompt_tokens": sum(map(len, work.prompts)),
             "total_output_tokens": sum(work.output_lens),
             "engine_max_num_seqs": args.max_num_seqs,
-            "static_batch_size": static_batch,
+            "static_batch_sizes": static_batches,
             "sequential_sample": len(sample),
             "model_params": sum(p.numel() for p in params),
             "seed": args.seed,
@@ -280,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = {
         "engine": f"kubeinfer engine (up to {args.max_num_seqs} sequences)",
         "hf_sequential": f"transformers, one at a time ({len(sample)}/{args.requests} run)",
-        "hf_static": f"transformers, static batches of {static_batch}",
+        **{f"hf_static_{b}": f"transformers, static batches of {b}" for b in static_batches},
     }
     for name, r in results.items():
         print(

@@ -64,6 +64,8 @@ def test_unsupported_settings_are_refused_by_name() -> None:
         LlamaConfig.from_hf({**BASE, "hidden_act": "gelu"})
     with pytest.raises(ValueError, match="use_sliding_window"):
         LlamaConfig.from_hf({**BASE, "architectures": ["Qwen2ForCausalLM"], "use_sliding_window": True})
+    with pytest.raises(ValueError, match=r"config\.json lacks 'intermediate_size'"):
+        LlamaConfig.from_hf({k: v for k, v in BASE.items() if k != "intermediate_size"})
 
 
 @pytest.mark.parametrize("scaling", [None, LLAMA3, {"rope_type": "linear", "factor": 4.0}])

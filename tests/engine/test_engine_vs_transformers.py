@@ -132,3 +132,18 @@ def test_padded_decode_path_matches_transformers(
     engine.model_runner.batched_decode = True
     assert engine.generate(PROMPTS, GREEDY) == reference("llama-gqa").tokens
     assert_all_blocks_free(engine)
+
+
+def test_bfloat16_prefill_logits_stay_close_to_float32(
+    make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
+) -> None:
+    """The half-precision path (plain matmuls, float32 RMSNorm statistics) on CPU, against fp32."""
+    engine = make_engine(dtype="bfloat16")
+    assert engine.model_runner.dtype == torch.bfloat16
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(str(i), prompt, GREEDY)
+    scheduled = engine.scheduler.schedule(now=0.0)
+    seqs, logits = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+    for seq, row in zip(seqs, logits, strict=True):
+        expected = reference("llama-gqa").last_logits[int(seq.request_id)]
+        torch.testing.assert_close(row.float(), expected, rtol=0.02, atol=0.1)

@@ -35,6 +35,7 @@ def load_model(
     with torch.device("meta"):
         model = build_model(config).to(dtype)
     model.to_empty(device=device)
+    model.tie_weights()
     filled: set[str] = set()
     handles = [safe_open(str(f), framework="pt", device=str(device)) for f in files]
     total = sum(len(h.keys()) for h in handles)
@@ -47,4 +48,6 @@ def load_model(
     missing = model.expected_weights() - filled
     if missing:
         raise ValueError(f"checkpoint in {model_dir} lacks weights: {', '.join(sorted(missing)[:8])}")
+    if device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available():
+        model.pack_for_cpu()
     return model.eval()
