@@ -27,6 +27,21 @@ def _if_well_formed(*durations: str) -> str:
     return "".join(f"!{d}.matches('{DURATION_PATTERN}') || " for d in durations)
 
 
+def _percentile_order(lower: str, upper: str) -> Rule:
+    """The rule that percentile `lower` (e.g. p50) is not set above percentile `upper` (e.g. p95)."""
+    return Rule(
+        cel=f"!has(self.{lower}) || !has(self.{upper}) || "
+        + _if_well_formed(f"self.{lower}", f"self.{upper}")
+        + f"duration(self.{lower}) <= duration(self.{upper})",
+        message=f"{lower} must not exceed {upper}",
+        holds=lambda s: (
+            None in (getattr(s, lower), getattr(s, upper))
+            or parse_duration(getattr(s, lower)) <= parse_duration(getattr(s, upper))
+        ),
+        field=f".{lower}",
+    )
+
+
 def _check_quantity(value: object) -> int | str:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -309,30 +324,9 @@ class LatencyTargets(KubeModel):
             holds=lambda s: (s.p50, s.p95, s.p99) != (None, None, None),
             reason="FieldValueRequired",
         ),
-        Rule(
-            cel="!has(self.p50) || !has(self.p95) || "
-            + _if_well_formed("self.p50", "self.p95")
-            + "duration(self.p50) <= duration(self.p95)",
-            message="p50 must not exceed p95",
-            holds=lambda s: None in (s.p50, s.p95) or parse_duration(s.p50) <= parse_duration(s.p95),
-            field=".p50",
-        ),
-        Rule(
-            cel="!has(self.p95) || !has(self.p99) || "
-            + _if_well_formed("self.p95", "self.p99")
-            + "duration(self.p95) <= duration(self.p99)",
-            message="p95 must not exceed p99",
-            holds=lambda s: None in (s.p95, s.p99) or parse_duration(s.p95) <= parse_duration(s.p99),
-            field=".p95",
-        ),
-        Rule(
-            cel="!has(self.p50) || !has(self.p99) || "
-            + _if_well_formed("self.p50", "self.p99")
-            + "duration(self.p50) <= duration(self.p99)",
-            message="p50 must not exceed p99",
-            holds=lambda s: None in (s.p50, s.p99) or parse_duration(s.p50) <= parse_duration(s.p99),
-            field=".p50",
-        ),
+        _percentile_order("p50", "p95"),
+        _percentile_order("p95", "p99"),
+        _percentile_order("p50", "p99"),
     )
 
 
