@@ -137,13 +137,8 @@ def plan(
         conditions,
         now,
         {
-            "replicas": observed.replicas,
-            "readyReplicas": observed.ready,
-            "desiredReplicas": desired,
-            "selector": _selector_string(owner.name),
-            "url": url,
+            **_serving_fields(observed, owner, capacity),
             "stableRevision": _stable_revision(previous_stable, current, remaining, desired),
-            "kvCapacity": capacity or None,
         },
     )
     objects = (render_deployment(owner, spec, pod, desired), render_service(owner), render_pdb(owner))
@@ -181,19 +176,23 @@ def plan_canary_rollout(
         isvc,
         [ready_condition(observed), progressing, degraded, kv_condition],
         now,
-        {
-            "replicas": observed.replicas,
-            "readyReplicas": observed.ready,
-            "desiredReplicas": desired,
-            "selector": _selector_string(owner.name),
-            "url": observed.url,
-            "kvCapacity": capacity or None,
-            **canary.fields,
-        },
+        {**_serving_fields(observed, owner, capacity), **canary.fields},
     )
     return Plan(
         canary.apply, canary.retire, status, changed, canary.scale, canary.events, canary.requeue_after
     )
+
+
+def _serving_fields(observed: Observation, owner: Owner, capacity: dict[str, Any]) -> dict[str, Any]:
+    """The status fields both strategies write the same way."""
+    return {
+        "replicas": observed.replicas,
+        "readyReplicas": observed.ready,
+        "desiredReplicas": observed.desired,
+        "selector": _selector_string(owner.name),
+        "url": observed.url,
+        "kvCapacity": capacity or None,
+    }
 
 
 def plan_invalid(isvc: dict[str, Any], problems: list[str], now: str) -> Plan:
