@@ -477,6 +477,19 @@ class Cluster:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({result.returncode}):\n{result.stderr}")
         return result
 
+    def install_crd(self, path: str, name: str, timeout: float = 60) -> None:
+        """Apply a CRD and wait until the apiserver serves it. Polled, not `kubectl wait`: that fails
+        outright ("accessor error") when asked before the CRD has any status conditions."""
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", path)
+        jsonpath = '{.status.conditions[?(@.type=="Established")].status}'
+        procs.wait_until(
+            f"CRD {name} established",
+            lambda: (
+                self.kubectl("get", f"crd/{name}", "-o", f"jsonpath={jsonpath}", check=False).stdout == "True"
+            ),
+            timeout,
+        )
+
     def api_client(self) -> Any:
         from kubernetes import config
 

@@ -25,6 +25,7 @@ _PATHS = {
     "ServiceAccount": ("/api/v1", "serviceaccounts"),
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
+    "HTTPRoute": ("/apis/gateway.networking.k8s.io/v1", "httproutes"),  # only where Gateway API is installed
 }
 REQUEST_TIMEOUT_SECONDS = 30
 
@@ -92,6 +93,17 @@ class Kube:
         path = self._path(kind, namespace) if namespace else f"{prefix}/{plural}"
         query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
         return self._request("GET", path, query=query).get("items", [])
+
+    def list_if_served(
+        self, kind: str, namespace: str, labels: dict[str, str] | None = None
+    ) -> list[dict[str, Any]] | None:
+        """As `list`, but None where the cluster does not serve the kind (a CRD not installed)."""
+        try:
+            return self.list(kind, namespace, labels)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply: the fields in `obj` become ours (force: an edit by someone else is

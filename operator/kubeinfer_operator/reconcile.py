@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -19,7 +19,16 @@ from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.api.base import field_errors
 from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
 from kubeinfer_operator.kube import Kube, now_rfc3339
-from kubeinfer_operator.names import APP_NAME, KIND, LABEL_APP, LABEL_ISVC, LABEL_REVISION, service_url
+from kubeinfer_operator.names import (
+    APP_NAME,
+    FIELD_MANAGER,
+    KIND,
+    LABEL_APP,
+    LABEL_ISVC,
+    LABEL_MANAGED_BY,
+    LABEL_REVISION,
+    service_url,
+)
 from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
 from kubeinfer_operator.render import (
     Owner,
@@ -31,6 +40,7 @@ from kubeinfer_operator.render import (
 )
 from kubeinfer_operator.rollout.state_machine import RolloutEvent
 from kubeinfer_operator.rollout_controller import Judge, plan_canary, prometheus_judge
+from kubeinfer_operator.router_render import router_labels
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.status import (
     Observation,
@@ -54,6 +64,32 @@ class Plan:
     scale: tuple[tuple[str, int], ...] = ()  # (Deployment, replicas) the spec no longer renders (canary)
     events: tuple[RolloutEvent, ...] = ()  # the canary state machine's own events
     requeue_after: float | None = None  # seconds: a rollout in flight is looked at again on time
+    prune: tuple[tuple[str, str, str], ...] = ()  # (kind, name, uid) of traffic objects no longer rendered
+
+
+# The router's objects and the Gateway split's, by the labels that find them: a change of strategy or of
+# trafficRouting leaves them behind, and the reconcile deletes what its plan no longer renders. Replica
+# Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
+TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
+
+
+def traffic_selector(kind: str, name: str) -> dict[str, str]:
+    if kind == "Deployment":
+        return router_labels(name)
+    return {LABEL_ISVC: name, LABEL_MANAGED_BY: FIELD_MANAGER}
+
+
+def stale_objects(
+    existing: dict[str, list[dict[str, Any]] | None], apply: tuple[dict[str, Any], ...], uid: str
+) -> tuple[tuple[str, str, str], ...]:
+    """Owned objects of TRAFFIC_KINDS that exist but that the plan does not apply."""
+    rendered = {(obj["kind"], obj["metadata"]["name"]) for obj in apply}
+    return tuple(
+        (kind, obj["metadata"]["name"], obj["metadata"]["uid"])
+        for kind, objects in existing.items()
+        for obj in objects or ()
+        if _owned_by(obj, uid) and (kind, obj["metadata"]["name"]) not in rendered
+    )
 
 
 def desired_replicas(spec: InferenceServiceSpec, status: dict[str, Any]) -> int:
@@ -154,6 +190,7 @@ def plan_canary_rollout(
     kv: tuple[dict[str, Any], Condition],
     now: str,
     judge: Judge,
+    gateway_api_served: bool = True,
 ) -> Plan:
     """spec.rollout.strategy Canary: rollout_controller decides revisions, replicas and traffic; Ready,
     replica counts and pod diagnosis are read as for RollingUpdate."""
@@ -162,6 +199,9 @@ def plan_canary_rollout(
     pod = render_pod_template(owner, spec, settings)
     desired = desired_replicas(spec, isvc.get("status") or {})
     canary = plan_canary(isvc, spec, pod, desired, deployments, pods, settings, judge, time.time(), now)
+    apply = canary.apply
+    if not gateway_api_served:  # nothing to write the split into: say so rather than fail every reconcile
+        apply = tuple(obj for obj in apply if obj["kind"] != "HTTPRoute")
     views = [RevisionView.of(d) for d in deployments]
     current = next((v for v in views if v.revision == pod.revision), None)
     older = tuple(v for v in views if v.revision != pod.revision)
@@ -172,15 +212,22 @@ def plan_canary_rollout(
     progressing, rollout_degraded = canary.conditions
     capacity, kv_condition = kv
     degraded = rollout_degraded if rollout_degraded.status == "True" else degraded_condition(observed)
+    if len(apply) < len(canary.apply):
+        degraded = Condition(
+            "Degraded",
+            "True",
+            "GatewayAPIUnavailable",
+            "spec.rollout.trafficRouting.gatewayAPI: the cluster does not serve HTTPRoute "
+            "(gateway.networking.k8s.io/v1), so no traffic reaches the canary; install Gateway API, "
+            "or remove trafficRouting to split traffic with the kubeinfer router",
+        )
     status, changed = _status(
         isvc,
         [ready_condition(observed), progressing, degraded, kv_condition],
         now,
         {**_serving_fields(observed, owner, capacity), **canary.fields},
     )
-    return Plan(
-        canary.apply, canary.retire, status, changed, canary.scale, canary.events, canary.requeue_after
-    )
+    return Plan(apply, canary.retire, status, changed, canary.scale, canary.events, canary.requeue_after)
 
 
 def _serving_fields(observed: Observation, owner: Owner, capacity: dict[str, Any]) -> dict[str, Any]:
@@ -217,10 +264,17 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     deployments = [d for d in kube.list("Deployment", meta["namespace"], labels) if _owned_by(d, meta["uid"])]
     pods = kube.list("Pod", meta["namespace"], labels)
     kv = kv_capacity.check(spec, kv_capacity.model_shape(spec), kv_capacity.device_memory(spec))
+    traffic = {
+        kind: kube.list_if_served(kind, meta["namespace"], traffic_selector(kind, meta["name"]))
+        for kind in TRAFFIC_KINDS
+    }
     if spec.rollout.strategy == "Canary":
         judge = prometheus_judge(settings, spec, meta["namespace"], meta["name"])
-        return plan_canary_rollout(isvc, spec, deployments, pods, settings, kv, now, judge)
-    return plan(isvc, spec, deployments, pods, settings, kv, now)
+        served = traffic["HTTPRoute"] is not None
+        planned = plan_canary_rollout(isvc, spec, deployments, pods, settings, kv, now, judge, served)
+    else:
+        planned = plan(isvc, spec, deployments, pods, settings, kv, now)
+    return replace(planned, prune=stale_objects(traffic, planned.apply, meta["uid"]))
 
 
 def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
@@ -232,6 +286,9 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     for view in plan.retire:
         log.info("retiring revision %s of %s/%s", view.revision, meta["namespace"], meta["name"])
         kube.delete("Deployment", meta["namespace"], view.name, view.uid)
+    for kind, name, uid in plan.prune:
+        log.info("deleting %s %s/%s: the spec no longer routes through it", kind, meta["namespace"], name)
+        kube.delete(kind, meta["namespace"], name, uid)
     current = isvc.get("status") or {}
     changed = {key: value for key, value in plan.status.items() if current.get(key) != value}
     if changed:

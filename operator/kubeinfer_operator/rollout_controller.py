@@ -4,7 +4,8 @@ the objects that make its decision so.
 Per reconcile: read the machine's state from status.rollout, run the analysis it asks for (PromQL from
 rollout/queries.py against Prometheus, at the window's end), step the machine, and return what to write:
 one Deployment per revision at the machine's stable/canary replica counts (other revisions deleted),
-the router (router_render.py) with the canary weight and the Ready pods of each revision, status (the
+the router (router_render.py) with the canary weight and the Ready pods of each revision, or instead, with
+spec.rollout.trafficRouting.gatewayAPI, per-track Services and an HTTPRoute (gateway_render.py), status (the
 machine's state, so a restarted operator resumes at the same step), conditions and events.
 """
 
@@ -22,8 +23,9 @@ from typing import Any
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
 from kubeinfer_operator.api.status import MAX_DECISIONS
 from kubeinfer_operator.conditions import Condition
+from kubeinfer_operator.gateway_render import render_gateway_split
 from kubeinfer_operator.names import HTTP_PORT, LABEL_REVISION, LABEL_TRACK
-from kubeinfer_operator.render import Owner, PodTemplate, render_deployment, render_pdb
+from kubeinfer_operator.render import Owner, PodTemplate, render_deployment, render_pdb, render_service
 from kubeinfer_operator.rollout import state_machine as machine
 from kubeinfer_operator.rollout.analysis import LatencyObjective, Outcome, SLOTargets, Verdict, analyse
 from kubeinfer_operator.rollout.queries import measurement, track_queries
@@ -67,6 +69,7 @@ def rollout_spec(spec: InferenceServiceSpec) -> machine.RolloutSpec:
             rollout.analysis.failure_limit,
         ),
         progress_deadline_s=parse_duration(rollout.progress_deadline),
+        max_surge=rollout.max_surge,
         paused=rollout.paused,
     )
 
@@ -183,12 +186,24 @@ def plan_canary(
     )
     retire = tuple(v for v in views if v.revision not in wanted)
 
-    config = router_config(
-        new.canary_weight,
-        ready_endpoints(pods, new.stable_revision),
-        ready_endpoints(pods, new.canary_revision),
-    )
-    apply += [*render_router(owner, settings, config), render_pdb(owner)]
+    gateway = spec.rollout.gateway_api
+    if gateway is not None:
+        ready = ready_by_revision(pods)
+        revisions = {"stable": new.stable_revision, "canary": new.canary_revision}
+        ready_by_track = {track: ready.get(rev, 0) for track, rev in revisions.items() if rev is not None}
+        # The Service keeps selecting every replica: in-cluster clients that bypass the Gateway still land.
+        apply += [
+            *render_gateway_split(owner, gateway, revisions, ready_by_track, new.canary_weight),
+            render_service(owner),
+        ]
+    else:
+        config = router_config(
+            new.canary_weight,
+            ready_endpoints(pods, new.stable_revision),
+            ready_endpoints(pods, new.canary_revision),
+        )
+        apply += render_router(owner, settings, config)
+    apply.append(render_pdb(owner))
 
     fields = {
         "stableRevision": new.stable_revision,
@@ -224,13 +239,15 @@ def prometheus_query(base_url: str, expr: str, at: float) -> float | None:
 def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: str, name: str) -> Judge:
     """Canary and stable over the same window, evaluated at its end, judged against spec.slo."""
     slo = slo_targets(spec)
+    # Without the router, only the replicas see the requests (a Gateway's own metrics vary by vendor).
+    source = "replicas" if spec.rollout.gateway_api else "router"
 
     def judge(state: machine.RolloutState, window: tuple[float, float]) -> Verdict:
         start, end = window
         measured = {}
         try:
             for track, revision in (("canary", state.canary_revision), ("stable", state.stable_revision)):
-                queries = track_queries(namespace, name, track, revision or "", end - start, slo)
+                queries = track_queries(namespace, name, track, revision or "", end - start, slo, source)
                 results = {k: prometheus_query(settings.prometheus_url, q, end) for k, q in queries.items()}
                 measured[track] = measurement(results, slo)
         except (OSError, ValueError, KeyError) as error:

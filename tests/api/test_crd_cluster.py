@@ -30,8 +30,7 @@ SELECTOR = "serving.kubeinfer.dev/inferenceservice=scaled"
 
 @pytest.fixture(scope="module")
 def namespace(cluster: Any) -> Iterator[str]:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_PATH))
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    cluster.install_crd(str(CRD_PATH), CRD_NAME)
     name = f"api-test-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", name)
     yield name

@@ -13,7 +13,7 @@ from kubeinfer_operator.rollout.analysis import (
 )
 from kubeinfer_operator.rollout.capacity import Replicas, hand_off, step_target
 from kubeinfer_operator.rollout.queries import measurement, track_queries
-from kubeinfer_operator.rollout.traffic import http_route, router_config
+from kubeinfer_operator.rollout.traffic import router_config
 from kubeinfer_runtime.router.config import parse_config
 
 SLO = SLOTargets(
@@ -143,12 +143,12 @@ def test_router_config_is_what_the_router_accepts() -> None:
     assert parse_config(doc).routable_weights() == {"stable": 90}
 
 
-def test_http_route_carries_the_weights() -> None:
-    route = http_route("chat", "prod", "inference-gw", 8000, "chat-stable", "chat-canary", 25)
-    assert route["apiVersion"] == "gateway.networking.k8s.io/v1" and route["kind"] == "HTTPRoute"
-    backends = route["spec"]["rules"][0]["backendRefs"]
-    assert [(b["name"], b["weight"]) for b in backends] == [("chat-stable", 75), ("chat-canary", 25)]
-    assert (
-        len(http_route("chat", "prod", "gw", 8000, "chat-stable", None, 0)["spec"]["rules"][0]["backendRefs"])
-        == 1
+def test_without_the_router_requests_and_latencies_come_from_the_replicas_of_the_revision() -> None:
+    queries = track_queries("prod", "chat", "canary", "7f9c", 60, SLO, source="replicas")
+    pods = 'namespace="prod",inferenceservice="chat",revision="7f9c"'
+    assert queries["requests"] == f"sum(increase(kubeinfer_requests_total{{{pods}}}[60s]))"
+    assert queries["errors"] == (
+        f'sum(increase(kubeinfer_requests_total{{{pods},outcome=~"error|timeout|rejected"}}[60s]))'
     )
+    assert f"kubeinfer_time_to_first_token_seconds_bucket{{{pods}}}" in queries["ttft_p95"]
+    assert "track=" not in "".join(queries.values())

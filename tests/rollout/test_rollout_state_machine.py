@@ -169,6 +169,20 @@ def test_inconclusive_analysis_holds_the_step_until_a_human_promotes() -> None:
     assert sim.run_until(phase_is(Phase.PROMOTED)).state.stable_revision == "rev-b"
 
 
+def test_a_step_without_a_pause_holds_for_the_promote_annotation() -> None:
+    spec = replace(SPEC, steps=(Step(10, 60.0), Step(50, float("inf"))))
+    sim = started(spec, load_s=30.0)
+    sim.verdict = lambda window: PASS
+    decision = sim.run_until(lambda d: d.state.canary_weight == 50)
+    for _ in range(30):
+        decision = sim.tick()
+    assert (decision.state.phase, decision.state.step_index) == (Phase.PROGRESSING, 1)
+    status, reason, message = condition(decision, "Progressing")
+    assert (status, reason) == ("True", "WaitingForPromote") and f"{PROMOTE_ANNOTATION}=rev-b" in message
+    sim.command = Command.PROMOTE
+    assert sim.run_until(phase_is(Phase.PROMOTED)).state.stable_revision == "rev-b"
+
+
 def test_abort_annotation_is_keyed_by_revision() -> None:
     assert command_from_annotations({ABORT_ANNOTATION: "rev-old"}, "rev-b") is None
     assert (

@@ -15,6 +15,8 @@ from pydantic import Field, PlainValidator, WithJsonSchema
 from .base import KubeModel, Rule
 from .durations import DURATION_PATTERN, Duration, parse_duration
 
+HOSTNAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # Gateway API's
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 EXTENDED_RESOURCE = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 NUMBER = r"(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
@@ -442,6 +444,40 @@ class Analysis(KubeModel):
     )
 
 
+class ParentReference(KubeModel):
+    """A Gateway (or a listener of one) the HTTPRoute attaches to: Gateway API's parentRef."""
+
+    name: str = Field(max_length=253, pattern=DNS_SUBDOMAIN)
+    """Name of the Gateway."""
+    namespace: str | None = Field(None, max_length=63, pattern=DNS_LABEL)
+    """Namespace of the Gateway. Unset: the InferenceService's namespace. A Gateway in another
+    namespace must allow routes from this one (its listeners' allowedRoutes)."""
+    section_name: str | None = Field(None, max_length=253, pattern=DNS_SUBDOMAIN)
+    """Listener of the Gateway to attach to. Unset: every listener that accepts the route."""
+
+
+class GatewayAPIRouting(KubeModel):
+    """Split canary traffic with a Gateway API HTTPRoute the operator writes and owns, named after
+    the InferenceService: its backends are the Services <name>-stable and <name>-canary (each
+    selecting one revision's pods), weighted by the canary step. The Gateway balances within a
+    track its own way, and its requests are judged from the replicas' own metrics."""
+
+    parent_refs: list[ParentReference] = Field(min_length=1, max_length=32)
+    """Gateways the route attaches to."""
+    hostnames: list[Annotated[str, Field(max_length=253, pattern=HOSTNAME)]] | None = Field(
+        None, max_length=16
+    )
+    """Host names the route answers for. Unset: every host the Gateway listens on."""
+
+
+class TrafficRouting(KubeModel):
+    """What carries the canary weight to requests. Unset: the kubeinfer router, a Deployment the
+    operator runs in front of the replicas (exact weights, balancing by load within a track)."""
+
+    gateway_api: GatewayAPIRouting | None = Field(None, alias="gatewayAPI")  # camel() would say gatewayApi
+    """Write an HTTPRoute instead of running the router (needs Gateway API in the cluster)."""
+
+
 class Rollout(KubeModel):
     """How a new revision (any change to model or runtime) replaces the running one."""
 
@@ -459,6 +495,17 @@ class Rollout(KubeModel):
     progress_deadline: Duration = "15m"
     """Longest a step may go without progress, including loading the new revision's model, before
     the rollout is aborted."""
+    max_surge: int = Field(1, ge=0, le=1000)
+    """Canary only: replicas allowed above the desired count while the two revisions run side by
+    side, i.e. GPUs a rollout may borrow. With at least the canary's size, stable stays whole through
+    the steps (an abort has all its capacity); 0 makes stable give up a replica before each canary
+    replica starts."""
+    traffic_routing: TrafficRouting | None = None
+    """Canary only: how traffic is split between the revisions. Unset: the kubeinfer router."""
+
+    @property
+    def gateway_api(self) -> GatewayAPIRouting | None:
+        return self.traffic_routing.gateway_api if self.traffic_routing else None
 
     rules = (
         Rule(
@@ -473,6 +520,13 @@ class Rollout(KubeModel):
             message="steps apply only to strategy Canary",
             holds=lambda s: s.strategy != "RollingUpdate" or s.steps is None,
             field=".steps",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel="self.strategy == 'Canary' || !has(self.trafficRouting)",
+            message="trafficRouting applies only to strategy Canary",
+            holds=lambda s: s.strategy == "Canary" or s.traffic_routing is None,
+            field=".trafficRouting",
             reason="FieldValueForbidden",
         ),
         Rule(

@@ -3,7 +3,9 @@
 Requests, errors, TTFT and E2E come from the router (`kubeinfer_router_*{track}`): it sees every request
 of both tracks, including the ones no replica answered. TPOT is per request and only the engine knows
 the token count, so it comes from the runtime pods' histogram, selected by `revision`: a pod keeps its
-revision for life, while which track a revision is changes when it is promoted.
+revision for life, while which track a revision is changes when it is promoted. When a Gateway splits
+the traffic instead of the router (source "replicas"), everything comes from the replicas' own metrics by
+revision; a request the Gateway failed before any replica saw it is then not counted.
 
 Both tracks are queried with the same range, evaluated at the same instant (the window's end), so they
 are compared over exactly the same span. Labels `namespace`, `inferenceservice` and `revision` are
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Literal
 
 from kubeinfer_operator.rollout.analysis import LatencyMetric, SLOTargets, TrackMeasurement
 
@@ -24,8 +27,15 @@ ROUTER_HISTOGRAMS: dict[LatencyMetric, str] = {
     "e2e": "kubeinfer_router_e2e_request_latency_seconds",
 }
 RUNTIME_TPOT = "kubeinfer_time_per_output_token_seconds"
+RUNTIME_REQUESTS = "kubeinfer_requests_total"
+RUNTIME_HISTOGRAMS: dict[LatencyMetric, str] = {
+    "ttft": "kubeinfer_time_to_first_token_seconds",
+    "e2e": "kubeinfer_e2e_request_latency_seconds",
+}
 # 429s count: a canary that sheds load the stable track absorbs is worse. 499 (client left) does not.
 ERROR_CODES = "5..|429"
+RUNTIME_ERROR_OUTCOMES = "error|timeout|rejected"  # the replicas' words for 5xx, 504 and 429
+Source = Literal["router", "replicas"]
 
 
 def track_queries(
@@ -35,6 +45,7 @@ def track_queries(
     revision: str,
     window_s: float,
     slo: SLOTargets,
+    source: Source = "router",
     tpot_metric: str = RUNTIME_TPOT,
 ) -> dict[str, str]:
     """Queries keyed "requests", "errors" and each latency objective's key (e.g. "ttft_p95").
@@ -42,17 +53,25 @@ def track_queries(
     `tpot_metric` is the engine's per-request TPOT histogram (for vLLM, the adapter passes its name).
     """
     service = f'namespace="{namespace}",inferenceservice="{inferenceservice}"'
-    selector = f'{service},track="{track}"'
+    replicas = f'{service},revision="{revision}"'
     window = f"{max(1, round(window_s))}s"
+    if source == "router":
+        selector = f'{service},track="{track}"'
+        errors = f'{ROUTER_REQUESTS}{{{selector},code=~"{ERROR_CODES}"}}'
+        requests, histograms = f"{ROUTER_REQUESTS}{{{selector}}}", ROUTER_HISTOGRAMS
+    else:
+        selector = replicas
+        errors = f'{RUNTIME_REQUESTS}{{{selector},outcome=~"{RUNTIME_ERROR_OUTCOMES}"}}'
+        requests, histograms = f"{RUNTIME_REQUESTS}{{{selector}}}", RUNTIME_HISTOGRAMS
     queries = {
-        "requests": f"sum(increase({ROUTER_REQUESTS}{{{selector}}}[{window}]))",
-        "errors": f'sum(increase({ROUTER_REQUESTS}{{{selector},code=~"{ERROR_CODES}"}}[{window}]))',
+        "requests": f"sum(increase({requests}[{window}]))",
+        "errors": f"sum(increase({errors}[{window}]))",
     }
     for objective in slo.latency:
         if objective.metric == "tpot":
-            series = f'{tpot_metric}_bucket{{{service},revision="{revision}"}}'
+            series = f"{tpot_metric}_bucket{{{replicas}}}"
         else:
-            series = f"{ROUTER_HISTOGRAMS[objective.metric]}_bucket{{{selector}}}"
+            series = f"{histograms[objective.metric]}_bucket{{{selector}}}"
         queries[objective.key] = (
             f"histogram_quantile({objective.quantile:g}, sum by (le) (increase({series}[{window}])))"
         )

@@ -602,6 +602,14 @@ def _progress_condition(spec: RolloutSpec, state: RolloutState, tick: _Tick) -> 
     if last is not None and last.outcome is Outcome.INCONCLUSIVE and left == 0:
         return Condition("Progressing", "True", "AnalysisInconclusive", f"{where}: {last.message}")
     verdict = f"last analysis {last.outcome}" if last else "no analysis yet"
+    if math.isinf(left):  # a step without a pause
+        return Condition(
+            "Progressing",
+            "True",
+            "WaitingForPromote",
+            f"{where}: held until annotation {PROMOTE_ANNOTATION}={state.canary_revision}, {verdict}, "
+            f"{state.failed_analyses}/{spec.analysis.failure_limit} failed",
+        )
     return Condition(
         "Progressing",
         "True",
