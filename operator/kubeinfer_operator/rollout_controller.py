@@ -246,10 +246,14 @@ def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: 
         start, end = window
         measured = {}
         try:
-            for track, revision in (("canary", state.canary_revision), ("stable", state.stable_revision)):
+            tracks = (
+                ("canary", state.canary_revision, state.canary_replicas),
+                ("stable", state.stable_revision, state.stable_replicas),
+            )
+            for track, revision, replicas in tracks:
                 queries = track_queries(namespace, name, track, revision or "", end - start, slo, source)
                 results = {k: prometheus_query(settings.prometheus_url, q, end) for k, q in queries.items()}
-                measured[track] = measurement(results, slo)
+                measured[track] = measurement(results, slo, replicas)
         except (OSError, ValueError, KeyError) as error:
             log.warning("canary analysis of %s/%s: Prometheus unavailable: %s", namespace, name, error)
             return Verdict(

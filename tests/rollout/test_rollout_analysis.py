@@ -26,6 +26,19 @@ def track(requests: float = 500, errors: float = 0, ttft: float | None = 0.2, tp
     return TrackMeasurement(requests, errors, {"ttft_p95": ttft, "tpot_p95": tpot})
 
 
+def test_a_canary_replica_under_more_load_than_a_stable_one_is_held_to_the_slo_only() -> None:
+    # 70% of the traffic on one canary replica, 30% on one stable replica: 2x slower is the load.
+    busy_canary = TrackMeasurement(700, 0, {"ttft_p95": 0.4, "tpot_p95": 0.03}, replicas=1)
+    quiet_stable = TrackMeasurement(300, 0, {"ttft_p95": 0.2, "tpot_p95": 0.03}, replicas=1)
+    assert analyse(busy_canary, quiet_stable, SLO, min_requests=50).outcome is Outcome.PASS
+    # The same latencies with the load spread evenly per replica: a regression.
+    even_stable = TrackMeasurement(700, 0, {"ttft_p95": 0.2, "tpot_p95": 0.03}, replicas=1)
+    assert analyse(busy_canary, even_stable, SLO, min_requests=50).outcome is Outcome.FAIL
+    # Over the SLO fails whatever the load.
+    slow = TrackMeasurement(700, 0, {"ttft_p95": 0.8, "tpot_p95": 0.03}, replicas=1)
+    assert analyse(slow, quiet_stable, SLO, min_requests=50).outcome is Outcome.FAIL
+
+
 def test_below_min_requests_is_inconclusive_not_pass() -> None:
     verdict = analyse(track(requests=49, ttft=0.1), track(), SLO, min_requests=50)
     assert verdict.outcome is Outcome.INCONCLUSIVE

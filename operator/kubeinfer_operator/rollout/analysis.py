@@ -12,6 +12,11 @@ Rules, applied to the error rate and then to each latency objective of `spec.slo
    break the SLO under more load. Below that share, differences are noise (2 ms vs 1 ms TTFT).
 5. A canary value missing (no samples in a histogram) -> Inconclusive.
 
+Rules 3 and 4 compare the tracks, which is fair only while each canary replica carries no more than
+LOAD_PARITY x the requests of a stable replica: a step that sends 70% of the traffic to one canary
+replica beside one stable replica loads the canary 2.3x, and a batching engine is slower under more
+load whatever its revision. Past that, only the SLO itself (rule 2) judges the canary.
+
 Any Fail wins over Inconclusive, which wins over Pass.
 """
 
@@ -25,6 +30,7 @@ from typing import Any, Literal
 
 REGRESSION_RATIO = 1.5
 REGRESSION_BUDGET_SHARE = 0.5
+LOAD_PARITY = 1.25
 ERROR_RATE = "error_rate"
 
 LatencyMetric = Literal["ttft", "tpot", "e2e"]
@@ -57,6 +63,11 @@ class TrackMeasurement:
     requests: float
     errors: float
     latency: Mapping[str, float | None]
+    replicas: int = 1  # serving the track during the window: load per replica = requests / replicas
+
+    @property
+    def requests_per_replica(self) -> float:
+        return self.requests / max(1, self.replicas)
 
     @property
     def error_rate(self) -> float | None:
@@ -97,12 +108,14 @@ def show(metric: str, value: float | None) -> str:
     return f"{value:.2%}" if metric == ERROR_RATE else f"{value * 1000:.0f}ms"
 
 
-def _judge(metric: str, canary: float | None, stable: float | None, target: float) -> Verdict | None:
+def _judge(
+    metric: str, canary: float | None, stable: float | None, target: float, comparable: bool
+) -> Verdict | None:
     """Rules 2-5 for one metric; None when the canary is fine on it."""
     if canary is None:
         return Verdict(Outcome.INCONCLUSIVE, f"no canary samples for {metric}", metric)
     values = f"canary {show(metric, canary)}, stable {show(metric, stable)}, SLO {show(metric, target)}"
-    regressed = stable is not None and canary > REGRESSION_RATIO * stable
+    regressed = comparable and stable is not None and canary > REGRESSION_RATIO * stable
     if canary > target:
         if stable is None or stable <= target:
             return Verdict(Outcome.FAIL, f"{metric} breaks the SLO: {values}", metric, canary, target)
@@ -144,7 +157,8 @@ def analyse(
     for objective in slo.latency:
         canary_value, stable_latency = canary.latency.get(objective.key), stable.latency.get(objective.key)
         checks.append((objective.key, canary_value, stable_value(stable_latency), objective.target_s))
-    verdicts = [v for v in (_judge(*check) for check in checks) if v is not None]
+    comparable = canary.requests_per_replica <= LOAD_PARITY * stable.requests_per_replica
+    verdicts = [v for v in (_judge(*check, comparable) for check in checks) if v is not None]
     failed = [v for v in verdicts if v.outcome is Outcome.FAIL]
     if failed:
         first = failed[0]

@@ -78,7 +78,7 @@ def track_queries(
     return queries
 
 
-def measurement(results: Mapping[str, float | None], slo: SLOTargets) -> TrackMeasurement:
+def measurement(results: Mapping[str, float | None], slo: SLOTargets, replicas: int = 1) -> TrackMeasurement:
     """Answers to `track_queries` -> TrackMeasurement. An empty result or NaN (histogram_quantile over no
     samples) is "no data": zero for counts, None for percentiles."""
 
@@ -90,4 +90,5 @@ def measurement(results: Mapping[str, float | None], slo: SLOTargets) -> TrackMe
         requests=value("requests") or 0.0,
         errors=value("errors") or 0.0,
         latency={o.key: value(o.key) for o in slo.latency},
+        replicas=replicas,
     )
