@@ -52,6 +52,7 @@ class Scrape:
     oldest_wait_s: float
     kv_usage: float  # mean over ready replicas; NaN when none is ready
     queue_time_p95_s: float  # NaN when nothing was scheduled in the rate window
+    completed: int  # requests finished so far (a counter, as kubeinfer_requests_total)
 
 
 class Policy(Protocol):
@@ -92,6 +93,7 @@ class Cluster:
         self.run_kv = np.zeros(0)
         self.head = 0  # first request not yet admitted (the router's FIFO queue is head..arrived)
         self.arrived = 0
+        self.completed = 0
         self.admit_t = np.full(n, np.nan)
         self.queue_s = np.full(n, np.nan)
         self.ttft_s = np.full(n, np.nan)
@@ -208,6 +210,7 @@ class Cluster:
             self.run_left -= tokens
             self.run_kv += tokens
             alive = self.run_left > 0
+            self.completed += int(np.count_nonzero(~alive))
             self.run_rep, self.run_left, self.run_kv = (
                 self.run_rep[alive],
                 self.run_left[alive],
@@ -229,4 +232,5 @@ class Cluster:
             oldest_wait_s=self.t - self.requests.arrival[self.head] if self.waiting else 0.0,
             kv_usage=float(kv.mean() / self.model.kv_capacity_tokens) if len(kv) else math.nan,
             queue_time_p95_s=float(np.percentile(window, 95)) if len(window) else math.nan,
+            completed=self.completed,
         )

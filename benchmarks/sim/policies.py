@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
-from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
-from sim.cluster import Cluster, ServerModel
+from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
+from sim.cluster import STARTING, Cluster, ServerModel
 from sim.workload import Requests
 
 
@@ -76,7 +76,9 @@ class Ours:
         if s is None:
             return None
         kv = [x.kv_usage for x in cluster.scrapes[-8:] if x.time > t - 60 and not math.isnan(x.kv_usage)]
+        old = next(x for x in cluster.scrapes if x.time >= s.time - 60)
         raw = {
+            SERVED: (s.completed - old.completed) / (s.time - old.time) if s.time > old.time else math.nan,
             QUEUE_TIME: s.queue_time_p95_s,
             OLDEST_WAIT: s.oldest_wait_s,
             KV_USAGE: float(np.mean(kv)) if kv else math.nan,  # avg_over_time(...[1m])
@@ -196,3 +198,30 @@ class Oracle:
         # What is needed from the previous bucket (its requests still run) to one load delay from now.
         ahead = math.ceil(self.load_delay_s / self.bucket_s)
         return int(self.plan[max(k - 1, 0) : k + ahead + 1].max())
+
+
+@dataclass
+class ReactiveBound:
+    """The most a policy can do that knows the present exactly but not the future. Each tick it sees the
+    true arrival rate and the queue (no scrape, rate window or control period) and runs at once enough
+    replicas for that rate at utilization u, plus enough to clear within one model load the backlog there
+    will be when a replica ordered now is ready (replicas still loading counted from when they will be).
+    New replicas still take the model load."""
+
+    load: np.ndarray  # offered load per second, in replicas' worth
+    replica_rps: float
+    utilization: float
+    min_replicas: int
+    max_replicas: int
+
+    def update(self, t: float, cluster: Cluster) -> int | None:
+        rate = self.load[min(int(t), len(self.load) - 1)]
+        delay = cluster.model.load_delay_s
+        loading = cluster.ready_at[cluster.status == STARTING]
+        # In replica-seconds of work: what waits, what arrives over one load, what the replicas serve by then.
+        served = cluster.ready * delay + np.clip(t + delay - loading, 0, None).sum()
+        backlog = cluster.waiting / self.replica_rps + rate * delay - served
+        need = math.ceil(rate / self.utilization + max(backlog, 0.0) / delay)
+        if need < cluster.replicas and (cluster.starting or cluster.waiting):
+            return None  # the projection counts on the replicas it would cancel: keep them until served
+        return min(max(need, self.min_replicas), self.max_replicas)

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, Targets, decide
-from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
+from kubeinfer_operator.autoscaling import Decision, Observation, ScalingConfig, ScalingState, Targets, decide
+from kubeinfer_operator.autoscaling.policy import BACKLOG, KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
+from kubeinfer_operator.autoscaling.tick import decision_record
 
 CONFIG = ScalingConfig(
     min_replicas=1,
@@ -95,15 +96,25 @@ def test_scale_up_window_keeps_the_lowest_recent_recommendation() -> None:
 
 
 def test_scale_down_window_keeps_the_highest_recent_recommendation() -> None:
-    busy, quiet = QUIET | {KV_USAGE: 0.5}, QUIET | {KV_USAGE: 0.2}
+    busy, quiet = QUIET | {KV_USAGE: 0.5}, QUIET | {KV_USAGE: 0.02}
     state = WATCHED
     decisions = []
-    for now, signals in [(0, busy), (100, quiet), (200, quiet), (301, quiet)]:
-        decision, state = decide(CONFIG, observe(now=now, replicas=8, **signals), state)
+    config = replace(CONFIG, scale_down_window_s=180)
+    for now, signals in [(0, busy), (60, quiet), (120, quiet), (181, quiet)]:
+        decision, state = decide(config, observe(now=now, replicas=8, **signals), state)
         decisions.append(decision)
     assert [d.desired for d in decisions] == [8, 8, 8, 6]
-    assert "scale-down stabilizing" in decisions[2].reason
-    assert "paced to 6" in decisions[3].reason  # KV asks for 4; at most a quarter goes per decision
+    assert "scale-down stabilizing (180s window)" in decisions[2].reason
+    assert "paced to 6" in decisions[3].reason  # KV asks for 2; at most a quarter goes per decision
+
+
+def test_a_low_kv_reading_removes_replicas_as_its_square_root() -> None:
+    # KV use grows about with the square of the load on a batching engine: a fifth of the target is 45%
+    # of the load, so 8 -> 4 replicas (a linear projection would keep 2 and overload them).
+    config = replace(CONFIG, max_scale_down_fraction=1.0)
+    decision, _ = decide(config, observe(replicas=8, **(QUIET | {KV_USAGE: 0.1})), WATCHED)
+    assert decision.desired == 4
+    assert {t.signal: t.proposal for t in decision.terms}[KV_USAGE] == 4
 
 
 def test_a_new_service_does_not_scale_down_before_watching_a_full_window() -> None:
@@ -142,6 +153,48 @@ def test_a_queue_growing_at_a_steady_ready_count_is_not_held_by_settling() -> No
     assert grown.desired == 8
 
 
+def backlog(waiting_then: float, waiting_now: float, served: float, replicas: int = 8) -> Decision:
+    """The decision 15 s after one that saw waiting_then requests queued."""
+    _, state = decide(CONFIG, observe(now=0, replicas=replicas, **{WAITING: waiting_then}), ScalingState())
+    signals = {WAITING: waiting_now, OLDEST_WAIT: 5.0, SERVED: served}
+    return decide(CONFIG, observe(now=15, replicas=replicas, **signals), state)[0]
+
+
+def test_a_growing_backlog_is_sized_to_carry_the_arrivals_and_clear_it_within_a_model_load() -> None:
+    # 8 replicas serve 16 req/s (2 each); the queue grew 20 -> 50 in 15 s, so 18 req/s arrive. Within the
+    # 60 s new replicas take it grows to 170 requests. To carry 18 req/s at 85% (10.6 replicas) and clear
+    # 170 in 60 s (1.4 more): 13.
+    decision = backlog(20.0, 50.0, served=16.0)
+    assert decision.desired == 13
+    assert decision.driver is not None and decision.driver.signal == BACKLOG
+    assert decision.reason.startswith("scale up 8->13: backlog of 170 requests to clear in 60s proposes 13")
+    record = decision_record(decision, CONFIG)  # as status.scalingDecisions shows it
+    assert (record["signal"], record["value"], record["target"]) == ("backlog", "170", "1m")
+    # The queue signals alone (5 s oldest wait against 1 s) would run into the rate bound.
+    unsized, _ = decide(CONFIG, observe(replicas=8, **{WAITING: 50.0, OLDEST_WAIT: 5.0}), ScalingState())
+    assert unsized.desired == 16
+
+
+def test_a_standing_queue_that_does_not_grow_still_gets_a_replica() -> None:
+    # Clients that wait for an answer before sending the next keep the queue level: it never drains.
+    decision = backlog(20.0, 20.0, served=8.0, replicas=4)
+    assert decision.desired == 5
+
+
+def test_headroom_runs_that_much_more_than_the_signals_ask_for() -> None:
+    at_target = QUIET | {KV_USAGE: 0.5}
+    plain, _ = decide(CONFIG, observe(**at_target), ScalingState())
+    spare, _ = decide(replace(CONFIG, headroom=0.5), observe(**at_target), ScalingState())
+    assert (plain.desired, spare.desired) == (4, 6)
+    assert spare.reason.endswith("headroom 50%")
+    # Scale-down keeps it too: 6 replicas carrying that load read about half the KV use, which without
+    # headroom would be 4 replicas' worth.
+    settled = QUIET | {KV_USAGE: 0.25}
+    plain, _ = decide(CONFIG, observe(replicas=6, **settled), WATCHED)
+    spare, _ = decide(replace(CONFIG, headroom=0.5), observe(replicas=6, **settled), WATCHED)
+    assert (plain.desired, spare.desired) == (5, 6)
+
+
 def test_unschedulable_pods_stop_scale_up_and_name_the_resource() -> None:
     obs = replace(
         observe(replicas=6, ready=4, **(QUIET | {KV_USAGE: 1.0})),
@@ -163,7 +216,7 @@ def test_unschedulable_pods_stop_scale_up_and_name_the_resource() -> None:
 
 def test_scale_down_keeps_enough_replicas_to_stay_under_every_target() -> None:
     config = replace(CONFIG, max_scale_down_fraction=1.0)
-    signals = QUIET | {KV_USAGE: 0.2, WAITING: 12.0}  # KV alone would allow 4; 1.2 waiting per replica
+    signals = QUIET | {KV_USAGE: 0.05, WAITING: 12.0}  # KV alone would allow 4; 1.2 waiting per replica
     decision, _ = decide(config, observe(replicas=10, **signals), WATCHED)
     # With the load moved onto 7 replicas, 12/7 = 1.7 waiting each stays under the band (2 x 0.9).
     assert decision.desired == 7
@@ -232,6 +285,10 @@ def test_bad_config_names_the_field() -> None:
         ScalingConfig(targets=Targets(kv_usage=0))
     with pytest.raises(ValueError, match=r"scaling\.mode"):
         ScalingConfig(mode="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"scaling\.headroom must be >= 0"):
+        ScalingConfig(headroom=-0.1)
+    with pytest.raises(ValueError, match=r"scaling\.drain_s must be > 0"):
+        ScalingConfig(drain_s=0)
 
 
 def test_decision_record_is_what_status_keeps() -> None:

@@ -14,7 +14,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from kubeinfer_operator.autoscaling import MetricsUnavailable, engine_metrics, fetch_signals
-from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
+from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 from kubeinfer_operator.autoscaling.signals import queries
 
 Answer = Callable[[str], tuple[int, list[dict]]]  # PromQL -> (HTTP status, result vector)
@@ -29,16 +29,22 @@ def test_builtin_queries_select_the_service_by_relabelled_labels() -> None:
     assert q[OLDEST_WAIT] == f"max(kubeinfer_oldest_waiting_request_age_seconds{sel})"
     assert q[KV_USAGE] == f"avg(avg_over_time(kubeinfer_kv_cache_usage_ratio{sel}[1m]))"
     assert q[WAITING] == f"sum(kubeinfer_requests_waiting{sel})"
+    # Requests a replica worked on: all outcomes but those turned away at admission.
+    served = '{namespace="team-a",inferenceservice="chat",track="canary",outcome!="rejected"}'
+    assert q[SERVED] == f"sum(rate(kubeinfer_requests_total{served}[1m]))"
 
 
 def test_vllm_queries_use_vllm_names_and_have_no_age_gauge() -> None:
     q = queries(engine_metrics("vllm"), "team-a", "chat")
-    assert set(q) == {QUEUE_TIME, KV_USAGE, WAITING}
+    assert set(q) == {QUEUE_TIME, KV_USAGE, WAITING, SERVED}
     assert (
         'vllm:request_queue_time_seconds_bucket{namespace="team-a",inferenceservice="chat"}' in q[QUEUE_TIME]
     )
     assert "vllm:kv_cache_usage_perc" in q[KV_USAGE]
     assert "vllm:num_requests_waiting" in q[WAITING]
+    assert (
+        q[SERVED] == 'sum(rate(vllm:request_success_total{namespace="team-a",inferenceservice="chat"}[1m]))'
+    )
     assert all("track" not in promql for promql in q.values())
 
 
@@ -86,20 +92,29 @@ def test_fetch_reads_every_signal(prometheus: Callable[[Answer], PrometheusConne
         "oldest_waiting": "1.5",
         "kv_cache": "0.61",
         "requests_waiting": "7",
+        "requests_total": "3.5",
     }
     prom = prometheus(lambda q: (200, next(sample(v) for k, v in values.items() if k in q)))
     signals = fetch_signals(prom, engine_metrics("builtin"), "team-a", "chat")
-    assert signals == {QUEUE_TIME: 0.42, OLDEST_WAIT: 1.5, KV_USAGE: 0.61, WAITING: 7.0}
+    assert signals == {QUEUE_TIME: 0.42, OLDEST_WAIT: 1.5, KV_USAGE: 0.61, WAITING: 7.0, SERVED: 3.5}
 
 
 def test_a_percentile_without_requests_is_left_out(prometheus: Callable[[Answer], PrometheusConnect]) -> None:
     prom = prometheus(lambda q: (200, sample("NaN" if "histogram_quantile" in q else "0")))
     signals = fetch_signals(prom, engine_metrics("vllm"), "team-a", "chat")
-    assert signals == {KV_USAGE: 0.0, WAITING: 0.0}
+    assert signals == {KV_USAGE: 0.0, WAITING: 0.0, SERVED: 0.0}
     assert not any(math.isnan(v) for v in signals.values())
 
     never_observed = prometheus(lambda q: (200, [] if "histogram_quantile" in q else sample("0")))
     assert fetch_signals(never_observed, engine_metrics("vllm"), "team-a", "chat") == signals
+
+
+def test_a_served_rate_before_any_request_finished_is_left_out(
+    prometheus: Callable[[Answer], PrometheusConnect],
+) -> None:
+    prom = prometheus(lambda q: (200, [] if "requests_total" in q else sample("1")))
+    signals = fetch_signals(prom, engine_metrics("builtin"), "team-a", "chat")
+    assert SERVED not in signals and signals[WAITING] == 1.0
 
 
 def test_no_series_means_metrics_unavailable(prometheus: Callable[[Answer], PrometheusConnect]) -> None:

@@ -382,12 +382,17 @@ class Scaling(KubeModel):
     """Waiting requests per replica above which replicas are added. Unset: not used."""
     tolerance: float = Field(0.1, ge=0, lt=1)
     """Ignore a signal within this fraction of its target, so noise does not cause scaling."""
-    scale_up_window: Duration = "30s"
+    scale_up_window: Duration = "0s"
     """Scale up to the lowest desired count seen over this window, so a short spike does not
-    start GPU replicas that arrive after it has passed."""
+    start GPU replicas that arrive after it has passed. 0s (the default, as the HPA's): scale up
+    on the first breach; scale-ups are sized from the backlog and bounded by maxScaleUpRate."""
     scale_down_window: Duration = "5m"
     """Scale down to the highest desired count seen over this window, so replicas that took
     minutes to load are not dropped in a lull."""
+    headroom: float = Field(0.0, ge=0, le=4)
+    """Extra replicas kept on top of what the signals ask for, as a fraction (0.3 = 30% more):
+    they serve a burst during the minute or so a new replica takes to load its model, and cost
+    that much more. 0: none (the README's autoscaling simulation shows what each level buys)."""
     max_scale_up_rate: float = Field(2.0, gt=1, le=100)
     """At most this factor more replicas per decision (2 = double)."""
     interval: Duration = "15s"

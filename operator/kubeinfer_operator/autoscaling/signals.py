@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 
-from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
+from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 
 Signals = dict[str, float]
 
@@ -30,6 +30,10 @@ class EngineMetrics:
     # so a queue that has stalled shows up late in the percentile; this gauge shows it at once. vLLM has
     # none (and observes queue time only when a request finishes): its waiting gauge is the prompt signal.
     oldest_wait: str | None
+    # Counter of requests finished, and the label matcher that keeps those a replica worked on: how many
+    # requests per second replicas serve, which sizes a scale-up for a backlog.
+    served: str
+    served_matcher: str
     # The SLO's own histograms, read for status (and `kubectl get`): the SLO as users see it.
     ttft: str
     tpot: str
@@ -44,6 +48,8 @@ ENGINES: dict[str, EngineMetrics] = {
         kv_usage="kubeinfer_kv_cache_usage_ratio",
         queue_time="kubeinfer_request_queue_time_seconds",
         oldest_wait="kubeinfer_oldest_waiting_request_age_seconds",
+        served="kubeinfer_requests_total",
+        served_matcher='outcome!="rejected"',
         ttft="kubeinfer_time_to_first_token_seconds",
         tpot="kubeinfer_time_per_output_token_seconds",
         e2e="kubeinfer_e2e_request_latency_seconds",
@@ -54,6 +60,8 @@ ENGINES: dict[str, EngineMetrics] = {
         kv_usage="vllm:kv_cache_usage_perc",  # a 0..1 fraction despite the name
         queue_time="vllm:request_queue_time_seconds",
         oldest_wait=None,
+        served="vllm:request_success_total",
+        served_matcher="",
         ttft="vllm:time_to_first_token_seconds",
         tpot="vllm:request_time_per_output_token_seconds",
         e2e="vllm:e2e_request_latency_seconds",
@@ -84,6 +92,7 @@ def queries(
         # A point sample of KV usage swings with the batch; the operating level is its short-window mean.
         KV_USAGE: f"avg(avg_over_time({metrics.kv_usage}{sel}[{window}]))",
         WAITING: f"sum({metrics.waiting}{sel})",
+        SERVED: f"sum(rate({metrics.served}{_with(sel, metrics.served_matcher)}[{window}]))",
     }
     if metrics.oldest_wait:
         out[OLDEST_WAIT] = f"max({metrics.oldest_wait}{sel})"
@@ -99,7 +108,7 @@ def slo_queries(metrics: EngineMetrics, namespace: str, name: str, window: str) 
 
     out = {"ttftP95": p95(metrics.ttft), "tpotP95": p95(metrics.tpot), "e2eP95": p95(metrics.e2e)}
     if metrics.outcomes:
-        failed = sel[:-1] + ',outcome=~"error|timeout"}'
+        failed = _with(sel, 'outcome=~"error|timeout"')
         out["errorRate"] = (
             f"sum(rate({metrics.outcomes}{failed}[{window}])) / sum(rate({metrics.outcomes}{sel}[{window}]))"
         )
@@ -129,7 +138,8 @@ def fetch_signals(
     """Current value of each signal; raises MetricsUnavailable rather than return a partial guess.
 
     A percentile with no request scheduled in its window is NaN (or has no series before the first
-    request): that signal is left out, which the policy reads as "no data", not as zero.
+    request), and the served rate has no series before the first request finishes: such a signal is left
+    out, which the policy reads as "no data", not as zero.
     """
     signals: Signals = {}
     for signal, promql in queries(metrics, namespace, name, track).items():
@@ -138,13 +148,18 @@ def fetch_signals(
         except (requests.RequestException, PrometheusApiClientException) as e:
             raise MetricsUnavailable(f"Prometheus query for {signal} failed: {e}") from e
         if not result:
-            if signal == QUEUE_TIME:
+            if signal in (QUEUE_TIME, SERVED):
                 continue
             raise MetricsUnavailable(f"no series for {signal} of {namespace}/{name}: {promql}")
         value = float(result[0]["value"][1])
         if math.isfinite(value):
             signals[signal] = value
     return signals
+
+
+def _with(selector: str, matcher: str) -> str:
+    """A label selector with one more matcher: '{a="b"}' + 'c!="d"' -> '{a="b",c!="d"}'."""
+    return selector[:-1] + "," + matcher + "}" if matcher else selector
 
 
 def _escape(value: str) -> str:

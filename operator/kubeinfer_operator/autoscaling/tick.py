@@ -12,6 +12,7 @@ from typing import Any
 from kubeinfer_operator.api import InferenceServiceSpec, format_duration, parse_duration
 from kubeinfer_operator.api.status import MAX_DECISIONS
 from kubeinfer_operator.autoscaling.policy import (
+    BACKLOG,
     KV_USAGE,
     OLDEST_WAIT,
     QUEUE_TIME,
@@ -69,6 +70,7 @@ def scaling_config(spec: InferenceServiceSpec) -> ScalingConfig:
         scale_up_window_s=parse_duration(scaling.scale_up_window),
         scale_down_window_s=parse_duration(scaling.scale_down_window),
         max_scale_up_factor=scaling.max_scale_up_rate,
+        headroom=scaling.headroom,
         # A pinned spec.replicas wins over the autoscaler: it then only watches.
         mode="dryRun" if spec.replicas is not None else scaling.mode,
     )
@@ -233,6 +235,8 @@ def decision_record(decision: Decision, config: ScalingConfig) -> dict[str, Any]
     driver = decision.driver
     if driver is None:
         signal, value, target = "none", "", ""
+    elif driver.signal == BACKLOG:  # requests to clear within a time
+        signal, value, target = BACKLOG, f"{driver.value:.0f}", format_duration(driver.target)
     else:
         signal = STATUS_NAMES.get(driver.signal, driver.signal)
         value, target = _reading(driver.signal, driver.value), _reading(driver.signal, driver.target)
