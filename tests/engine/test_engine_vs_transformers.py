@@ -134,6 +134,24 @@ def test_padded_decode_path_matches_transformers(
     assert_all_blocks_free(engine)
 
 
+@pytest.mark.parametrize("preset", ["llama-gqa", "qwen2-bias"])
+def test_weights_sliced_for_two_threads_match_transformers(
+    preset: str, make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
+) -> None:
+    """The CPU weight layout for two threads (column slices, one batched matmul), run on one thread:
+    the layout is under test here, not the threading. Batched prefills and decodes, then a lone
+    request, whose decodes are the one-row products the layout is for."""
+    engine = make_engine(preset, num_threads=2)
+    torch.set_num_threads(1)  # conftest's setting: tiny ops only wait on OpenMP barriers
+    model = engine.model_runner.model
+    assert model.model.layers[0].mlp.gate_up_proj.weight.dim() == 3  # [slices, in, out / slices]
+    assert model.lm_head.weight.dim() == 2  # its odd vocabulary (935) does not split: plain layout
+    expected = reference(preset).tokens
+    assert engine.generate(PROMPTS, GREEDY) == expected
+    assert engine.generate([PROMPTS[-1]], GREEDY) == [expected[-1]]
+    assert_all_blocks_free(engine)
+
+
 def test_bfloat16_prefill_logits_stay_close_to_float32(
     make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
 ) -> None:

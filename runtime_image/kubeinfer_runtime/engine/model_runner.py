@@ -64,12 +64,13 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, model_config: LlamaConfig) -> None:
         self.device = resolve_device(config)
         self.dtype = resolve_dtype(config, model_config, self.device)
+        threads = config.num_threads or usable_cpus()
         if self.device.type == "cpu":
-            torch.set_num_threads(config.num_threads or usable_cpus())
+            torch.set_num_threads(threads)
         self.block_size = config.block_size
         # How decodes attend (see AttentionBatch): one padded call on CUDA, per sequence on CPU.
         self.batched_decode = self.device.type == "cuda"
-        self.model = load_model(config.model, model_config, self.dtype, self.device)
+        self.model = load_model(config.model, model_config, self.dtype, self.device, threads)
 
         requested = config.max_model_len or model_config.max_position_embeddings
         if requested > model_config.max_position_embeddings:

@@ -53,18 +53,17 @@ class AttentionBatch:
     prefills: list[PrefillSpan]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """Rotary embedding, HF layout: x*cos + rotate_half(x)*sin, with rotate_half(x) = (-x2, x1).
+def apply_rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
+    """Rotary embedding in place, HF layout: x*cos + rotate_half(x)*sin, rotate_half(x) = (-x2, x1).
 
     `signed_sin` carries the minus sign in its first half, so rotate_half becomes a roll.
     """
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin)
+    torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin, out=x)
 
 
-def write_kv(cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-    kv_heads = k.shape[1]
-    cache[:kv_heads].index_copy_(1, slots, k.transpose(0, 1))
-    cache[kv_heads:].index_copy_(1, slots, v.transpose(0, 1))
+def write_kv(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor) -> None:
+    """kv [T, 2 * kv_heads, head_dim] (keys, then values) into the cache slots, in one copy."""
+    cache.index_copy_(1, slots, kv.transpose(0, 1))
 
 
 def gather_context(cache: torch.Tensor, context: CachedContext, block_size: int) -> torch.Tensor:
@@ -78,18 +77,16 @@ def _decode_per_sequence(
     q: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = q.shape
-    two_kv_heads = cache.shape[0]
-    kv_heads = two_kv_heads // 2
-    blocks = cache.view(two_kv_heads, -1, batch.block_size * head_dim)
+    kv_heads = cache.shape[0] // 2
     # Query heads sharing a KV head become extra query rows: grouped-query attention for free.
-    queries = (q * scale).view(num_seqs, kv_heads, num_heads // kv_heads, head_dim).unbind(0)
-    outs = []
-    for q_i, context in zip(queries, batch.decode_contexts or [], strict=True):
-        kv = blocks.index_select(1, context.blocks).view(two_kv_heads, -1, head_dim)[:, : context.num_tokens]
+    queries = (q * scale).view(num_seqs, kv_heads, num_heads // kv_heads, head_dim)
+    out = torch.empty_like(queries)
+    for i, context in enumerate(batch.decode_contexts or []):
+        k, v = gather_context(cache, context, batch.block_size).split(kv_heads)
         # Plain matmuls: for one query row per head, SDPA's setup costs more than the arithmetic.
-        probs = torch.bmm(q_i, kv[:kv_heads].transpose(1, 2)).softmax(-1, dtype=torch.float32)
-        outs.append(torch.bmm(probs.to(kv.dtype), kv[kv_heads:]))
-    return torch.stack(outs).view(num_seqs, num_heads, head_dim)
+        probs = torch.bmm(queries[i], k.transpose(1, 2)).softmax(-1, dtype=torch.float32)
+        torch.bmm(probs.to(v.dtype), v, out=out[i])
+    return out.view(num_seqs, num_heads, head_dim)
 
 
 def _decode_batched(
@@ -117,19 +114,20 @@ def _decode_attention(
 
 def _prefill_attention(
     q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
+    kv: torch.Tensor,
     cache: torch.Tensor,
     batch: AttentionBatch,
     span: PrefillSpan,
     scale: float,
 ) -> torch.Tensor:
-    num_heads, kv_heads = q.shape[1], k.shape[1]
+    kv_heads = kv.shape[1] // 2
     q = q.transpose(0, 1).unsqueeze(0)
-    gqa = num_heads != kv_heads
+    gqa = q.shape[1] != kv_heads
     if span.context is None:
-        k, v = k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+        kv = kv.transpose(0, 1).unsqueeze(0)
+        out = F.scaled_dot_product_attention(
+            q, kv[:, :kv_heads], kv[:, kv_heads:], is_causal=True, scale=scale, enable_gqa=gqa
+        )
     else:
         kv = gather_context(cache, span.context, batch.block_size).unsqueeze(0)
         num_new, context_len = span.end - span.start, span.context.num_tokens
@@ -144,18 +142,13 @@ def _prefill_attention(
 
 
 def paged_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    cache: torch.Tensor,
-    batch: AttentionBatch,
-    scale: float,
+    q: torch.Tensor, kv: torch.Tensor, cache: torch.Tensor, batch: AttentionBatch, scale: float
 ) -> torch.Tensor:
-    """q [T, heads, head_dim], k and v [T, kv_heads, head_dim] -> [T, heads, head_dim].
+    """q [T, heads, head_dim], kv [T, 2 * kv_heads, head_dim] (keys, then values) -> [T, heads, head_dim].
 
     The new keys and values are written to the cache first, so decodes and chunks read them from there.
     """
-    write_kv(cache, k, v, batch.slot_mapping)
+    write_kv(cache, kv, batch.slot_mapping)
     nd = batch.num_decodes
     if not batch.prefills:
         return _decode_attention(q, cache, batch, scale)
@@ -164,5 +157,5 @@ def paged_attention(
         out[:nd] = _decode_attention(q[:nd], cache, batch, scale)
     for span in batch.prefills:
         rows = slice(span.start, span.end)
-        out[rows] = _prefill_attention(q[rows], k[rows], v[rows], cache, batch, span, scale)
+        out[rows] = _prefill_attention(q[rows], kv[rows], cache, batch, span, scale)
     return out

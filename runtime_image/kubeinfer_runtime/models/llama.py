@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kubeinfer_runtime.models.attention import AttentionBatch, apply_rope, paged_attention
+from kubeinfer_runtime.models.attention import AttentionBatch, apply_rope_, paged_attention
 
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -105,7 +105,7 @@ def rope_inv_freq(config: LlamaConfig) -> torch.Tensor:
 
 
 def rope_tables(config: LlamaConfig, max_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [max_len, head_dim] for positions 0..max_len-1 (see `apply_rope`)."""
+    """cos and signed sin [max_len, head_dim] for positions 0..max_len-1 (see `apply_rope_`)."""
     freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), rope_inv_freq(config))
     emb = torch.cat((freqs, freqs), dim=-1)
     signed_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1)
@@ -113,11 +113,13 @@ def rope_tables(config: LlamaConfig, max_len: int, dtype: torch.dtype) -> tuple[
 
 
 class Linear(nn.Module):
-    """nn.Linear's math and checkpoint layout ([out, in]), plus `pack_for_cpu()`.
+    """nn.Linear: y = x W^T + b, with the checkpoint's [out, in] weight.
 
-    Packing hands the weight to oneDNN in its blocked layout once; otherwise MKL repacks it on every
-    call, which dominates at decode batch sizes. On bench-60m (2 cores) a batch-1 step's matmuls took
-    6.5 ms instead of 8.0 ms, and the 64-request throughput benchmark ran about 12% faster.
+    On CPU, `pack_for_cpu(splits)` re-lays the weight out as `splits` column slices [splits, in,
+    out / splits], each contiguous, multiplied as one batched matmul. A decode step is a
+    matrix-vector product per weight, which MKL runs on a single thread, at one core's share of
+    memory bandwidth and the lone core's share of the cache; batched, each thread streams its own
+    slice. (A row-major [out, in] weight is also repacked by MKL on every call.)
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
@@ -125,14 +127,21 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
-    def pack_for_cpu(self) -> None:
-        packed = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+    def pack_for_cpu(self, splits: int) -> None:
+        out_features, in_features = self.weight.shape
+        w_t = self.weight.detach().t()  # [in, out]
+        if splits > 1 and out_features % splits == 0:
+            packed = w_t.reshape(in_features, splits, -1).transpose(0, 1).contiguous()
+        else:
+            packed = w_t.contiguous().t()  # the [out, in] weight, stored column-major
         self.weight = nn.Parameter(packed, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.is_mkldnn:
-            return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
-        return F.linear(x, self.weight, self.bias)
+        if self.weight.dim() == 2:
+            return F.linear(x, self.weight, self.bias)
+        y = torch.bmm(x.expand(self.weight.shape[0], *x.shape), self.weight)  # [splits, rows, out / splits]
+        y = y.transpose(0, 1).reshape(x.shape[0], -1)  # a view for a single row, a copy for more
+        return y if self.bias is None else y + self.bias
 
 
 class RMSNorm(nn.Module):
@@ -164,14 +173,12 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         num_tokens = x.shape[0]
-        qkv = self.qkv_proj(x)
-        num_qk_heads = self.num_heads + self.num_kv_heads
-        qk = apply_rope(
-            qkv[:, : num_qk_heads * self.head_dim].view(num_tokens, num_qk_heads, -1), batch.cos, batch.sin
+        qkv = self.qkv_proj(x).view(num_tokens, -1, self.head_dim)  # q heads, then k heads, then v heads
+        # Rotating q and k in place keeps keys and values adjacent, so the cache takes them in one copy.
+        apply_rope_(qkv[:, : self.num_heads + self.num_kv_heads], batch.cos, batch.sin)
+        out = paged_attention(
+            qkv[:, : self.num_heads], qkv[:, self.num_heads :], self.kv_cache, batch, self.scale
         )
-        v = qkv[:, num_qk_heads * self.head_dim :].view(num_tokens, self.num_kv_heads, -1)
-        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
-        out = paged_attention(q, k, v, self.kv_cache, batch, self.scale)
         return self.o_proj(out.view(num_tokens, -1))
 
 
@@ -236,11 +243,11 @@ class LlamaForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def pack_for_cpu(self) -> None:
-        """Hand every matmul weight to oneDNN (see `Linear`); a tied LM head gets its own copy."""
+    def pack_for_cpu(self, splits: int) -> None:
+        """Lay every matmul weight out for MKL (see `Linear`); a tied LM head gets its own copy."""
         for module in self.modules():
             if isinstance(module, Linear):
-                module.pack_for_cpu()
+                module.pack_for_cpu(splits)
 
     def forward(
         self, input_ids: torch.Tensor, batch: AttentionBatch, logit_rows: torch.Tensor

@@ -25,16 +25,8 @@ def load_model_config(model_dir: str | Path) -> LlamaConfig:
     return parse_model_config(read_hf_config(model_dir))
 
 
-def _onednn_linear_available() -> bool:
-    # The ops torch's own CPU compiler packs weights with; absent from builds without oneDNN.
-    ops = torch.ops.mkldnn
-    return torch.backends.mkldnn.is_available() and all(
-        hasattr(ops, op) for op in ("_reorder_linear_weight", "_linear_pointwise")
-    )
-
-
 def load_model(
-    model_dir: str | Path, config: LlamaConfig, dtype: torch.dtype, device: torch.device
+    model_dir: str | Path, config: LlamaConfig, dtype: torch.dtype, device: torch.device, cpu_threads: int = 1
 ) -> LlamaForCausalLM:
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
@@ -56,6 +48,6 @@ def load_model(
     missing = model.expected_weights() - filled
     if missing:
         raise ValueError(f"checkpoint in {model_dir} lacks weights: {', '.join(sorted(missing)[:8])}")
-    if device.type == "cpu" and dtype == torch.float32 and _onednn_linear_available():
-        model.pack_for_cpu()
+    if device.type == "cpu" and dtype == torch.float32:
+        model.pack_for_cpu(cpu_threads)
     return model.eval()
