@@ -199,9 +199,9 @@ def plan_canary_rollout(
     pod = render_pod_template(owner, spec, settings)
     desired = desired_replicas(spec, isvc.get("status") or {})
     canary = plan_canary(isvc, spec, pod, desired, deployments, pods, settings, judge, time.time(), now)
-    apply = canary.apply
-    if not gateway_api_served:  # nothing to write the split into: say so rather than fail every reconcile
-        apply = tuple(obj for obj in apply if obj["kind"] != "HTTPRoute")
+    # No HTTPRoute API to write the split into: say so rather than fail every reconcile.
+    route_unserved = spec.rollout.gateway_api is not None and not gateway_api_served
+    apply = tuple(obj for obj in canary.apply if not (route_unserved and obj["kind"] == "HTTPRoute"))
     views = [RevisionView.of(d) for d in deployments]
     current = next((v for v in views if v.revision == pod.revision), None)
     older = tuple(v for v in views if v.revision != pod.revision)
@@ -212,7 +212,7 @@ def plan_canary_rollout(
     progressing, rollout_degraded = canary.conditions
     capacity, kv_condition = kv
     degraded = rollout_degraded if rollout_degraded.status == "True" else degraded_condition(observed)
-    if len(apply) < len(canary.apply):
+    if route_unserved:
         degraded = Condition(
             "Degraded",
             "True",
