@@ -118,8 +118,9 @@ class Linear(nn.Module):
     On CPU, `pack_for_cpu(splits)` re-lays the weight out as `splits` column slices [splits, in,
     out / splits], each contiguous, multiplied as one batched matmul. A decode step is a
     matrix-vector product per weight, which MKL runs on a single thread, at one core's share of
-    memory bandwidth and the lone core's share of the cache; batched, each thread streams its own
-    slice. (A row-major [out, in] weight is also repacked by MKL on every call.)
+    memory bandwidth; batched, each thread streams its own slice. On bench-60m (2 cores) a batch-1
+    step's 33 matmuls took 7.5 ms this way against 9.0 ms with oneDNN's prepacked weights (which
+    also cost ~25 us of setup per call), and a row-major weight is repacked by MKL on every call.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
