@@ -6,7 +6,7 @@ export PYTHONPATH := $(CURDIR)/e2e
 # The cluster's processes are children of whoever starts them; CI's clean clone gets its own state dir.
 export KUBEINFER_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
-.PHONY: help venv deps test test-fast lint format crds crds-check cluster cluster-down demo \
+.PHONY: help venv deps kernels test test-fast lint format crds crds-check cluster cluster-down demo \
         bench-engine bench-serve sim-autoscaling clean
 
 help:
@@ -30,6 +30,11 @@ venv: $(VENV_STAMP)
 deps: venv
 	bash e2e/install_deps.sh
 	bash e2e/build_binaries.sh
+	$(MAKE) kernels
+
+# The engine's C++ CPU kernels, built once per machine (cached by torch under ~/.cache/torch_extensions).
+kernels: venv
+	$(PY) -m kubeinfer_runtime.models.fused_ops
 
 lint: venv
 	.venv/bin/ruff check .
@@ -49,7 +54,7 @@ crds-check: venv
 test: deps lint
 	.venv/bin/pytest -p no:cacheprovider
 
-test-fast: venv
+test-fast: kernels
 	.venv/bin/pytest -p no:cacheprovider -m "not cluster and not slow"
 
 cluster: deps

@@ -11,7 +11,8 @@ Workload: N requests (default 64) with prompts of 64-512 random tokens and 16-25
                   own output tokens count as useful
 
 Plus the batch-1 decode step time of both against the floor set by memory bandwidth: the bytes of
-the weights divided by the read bandwidth of a warm sum over a buffer far larger than the caches.
+the weights divided by the read bandwidth of a warm sum over a buffer far larger than the caches (the
+best of samples taken between the engine's decode steps, so both see the same machine).
 
 Usage: python benchmarks/engine_throughput.py [--quick] [--json out.json] [--model DIR]
 """
@@ -85,16 +86,19 @@ def cpu_name() -> str:
     return platform.processor()
 
 
-def read_bandwidth_gbs(gib: int = 1, repeats: int = 5) -> float:
-    """Best of `repeats` warm sums over a buffer far larger than the last-level cache."""
-    buffer = torch.ones(gib * 2**30 // 4)
-    buffer.sum()  # warm-up: pages faulted in, threads started
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        buffer.sum()
-        best = min(best, time.perf_counter() - start)
-    return buffer.numel() * 4 / best / 1e9
+class BandwidthProbe:
+    """Warm sums over a buffer far larger than the last-level cache; keeps the best rate seen."""
+
+    def __init__(self, gib: int) -> None:
+        self.buffer = torch.ones(gib * 2**30 // 4)
+        self.buffer.sum()  # warm-up: pages faulted in, threads started
+        self.best_gbs = 0.0
+
+    def sample(self, repeats: int = 1) -> None:
+        for _ in range(repeats):
+            start = time.perf_counter()
+            self.buffer.sum()
+            self.best_gbs = max(self.best_gbs, self.buffer.numel() * 4 / (time.perf_counter() - start) / 1e9)
 
 
 def run_engine(engine: LLMEngine, work: Workload) -> Throughput:
@@ -136,16 +140,29 @@ def run_hf_static(model: AutoModelForCausalLM, work: Workload, batch_size: int, 
     return Throughput(t.wall, t.cpu, sum(work.output_lens), len(work.prompts))
 
 
-def engine_decode_steps_s(engine: LLMEngine, prompt: list[int], steps: int) -> list[float]:
+def engine_decode_steps_s(
+    engine: LLMEngine, prompt: list[int], steps: int, probe: BandwidthProbe, rounds: int = 8
+) -> list[float]:
+    """Batch-1 decode step times, with bandwidth samples taken between rounds of steps: this machine
+    is shared, and a floor measured minutes apart from the steps would compare different machines.
+    The step right after a sample is run untimed: the sample's sweep has just flushed every cache,
+    which back-to-back serving steps never do."""
+    per_round = max(8, steps // rounds)
     engine.add_request(
-        "decode-probe", prompt, SamplingParams(max_tokens=steps + 1, temperature=0.0, ignore_eos=True)
+        "decode-probe",
+        prompt,
+        SamplingParams(max_tokens=steps + steps // per_round + 2, temperature=0.0, ignore_eos=True),
     )
     engine.step()  # the prefill
-    times = []
-    for _ in range(steps):
+    times: list[float] = []
+    while len(times) < steps:
+        if len(times) % per_round == 0:
+            probe.sample()
+            engine.step()
         start = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - start)
+    probe.sample()
     return times
 
 
@@ -220,13 +237,15 @@ def main(argv: list[str] | None = None) -> int:
             **{f"hf_static_{b}": run_hf_static(hf, work, b, pad_id) for b in static_batches},
         }
         probe, steps = work.prompts[0][:128], 16 if args.quick else 64
-        engine_steps = engine_decode_steps_s(engine, probe, steps)
+        bandwidth_probe = BandwidthProbe(gib=1 if args.quick else 2)
+        bandwidth_probe.sample(repeats=3)
+        engine_steps = engine_decode_steps_s(engine, probe, steps, bandwidth_probe)
         decode = {
             "engine_ms": statistics.median(engine_steps) * 1e3,
             "engine_best_ms": min(engine_steps) * 1e3,
             "hf_ms": hf_decode_step_s(hf, probe, steps, pad_id) * 1e3,
         }
-    bandwidth = read_bandwidth_gbs(gib=1 if args.quick else 2)
+    bandwidth = bandwidth_probe.best_gbs  # the best rate seen: the strictest floor
     params = list(engine.model_runner.model.parameters())
     weight_bytes = sum(p.numel() * p.element_size() for p in params)
     embedding = engine.model_runner.model.model.embed_tokens.weight

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian packages the local cluster needs: the tools that make pod network namespaces and mount
-# namespaces, and iptables/conntrack for kube-proxy.  Idempotent: apt-get runs only when a command is
+# namespaces, iptables/conntrack for kube-proxy, and a C++ toolchain for the engine's CPU kernels.  Idempotent: apt-get runs only when a command is
 # missing.  (Prometheus is built from source by build_binaries.sh: Debian's package lacks the Kubernetes
 # service discovery.)
 set -euo pipefail
@@ -17,6 +17,8 @@ declare -A NEEDS=(
   [mount]=mount
   [openssl]=openssl
   [ps]=procps
+  [g++]=g++  # the engine's CPU kernels are compiled on first use (models/fused_ops.py)
+  [ninja]=ninja-build
 )
 missing=()
 for cmd in "${!NEEDS[@]}"; do

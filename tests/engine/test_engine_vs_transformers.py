@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
+from kubeinfer_runtime.models import fused_ops
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,7 @@ def test_greedy_tokens_match_transformers(
     preset: str, make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
 ) -> None:
     engine = make_engine(preset)
+    assert engine.model_runner.cpu_kernels  # the C++ decode kernels, built by the test set-up
     assert engine.generate(PROMPTS, GREEDY) == reference(preset).tokens
     assert_all_blocks_free(engine)
 
@@ -124,14 +126,19 @@ def test_scheduling_settings_never_change_greedy_tokens(
     assert_all_blocks_free(engine)
 
 
-def test_padded_decode_path_matches_transformers(
-    make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
+@pytest.mark.parametrize("preset", ["llama-gqa", "qwen2-bias"])
+def test_eager_path_without_cpu_kernels_matches_transformers(
+    preset: str, make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
 ) -> None:
-    """CUDA's decode path (one padded attention call for all sequences), run here on CPU."""
-    engine = make_engine(max_num_batched_tokens=40)
-    engine.model_runner.batched_decode = True
-    assert engine.generate(PROMPTS, GREEDY) == reference("llama-gqa").tokens
-    assert_all_blocks_free(engine)
+    """The path CUDA and half precision take (eager ops, one padded attention call for every decode),
+    run here on CPU with the C++ kernels turned off; the other tests run with them on."""
+    engine = make_engine(preset, max_num_batched_tokens=40, cpu_kernels=False)
+    try:
+        assert not engine.model_runner.cpu_kernels
+        assert engine.generate(PROMPTS, GREEDY) == reference(preset).tokens
+        assert_all_blocks_free(engine)
+    finally:
+        fused_ops.use_cpu_kernels(True)  # the switch is per process: back on for the other tests
 
 
 @pytest.mark.parametrize("preset", ["llama-gqa", "qwen2-bias"])

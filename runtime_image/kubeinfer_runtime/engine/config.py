@@ -34,6 +34,7 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's max_position_embeddings, capped by the cache
     seed: int = 0  # for requests that sample without a seed of their own
     num_threads: int | None = None  # CPU threads; None: the CPUs this process may use
+    cpu_kernels: bool = True  # fused C++ decode kernels on CPU in float32 (see models/fused_ops.py)
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):

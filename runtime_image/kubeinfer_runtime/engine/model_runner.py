@@ -12,6 +12,7 @@ import torch
 from kubeinfer_runtime.engine.config import DTYPES, EngineConfig
 from kubeinfer_runtime.engine.kv_cache import KVCachePlan, allocate_kv_cache, plan_kv_cache
 from kubeinfer_runtime.engine.sequence import Sequence
+from kubeinfer_runtime.models import fused_ops
 from kubeinfer_runtime.models.attention import AttentionBatch, CachedContext, PrefillSpan
 from kubeinfer_runtime.models.llama import LlamaConfig, rope_tables
 from kubeinfer_runtime.models.loader import load_model
@@ -68,8 +69,11 @@ class ModelRunner:
         if self.device.type == "cpu":
             torch.set_num_threads(threads)
         self.block_size = config.block_size
-        # How decodes attend (see AttentionBatch): one padded call on CUDA, per sequence on CPU.
-        self.batched_decode = self.device.type == "cuda"
+        self.cpu_kernels = (
+            self.device.type == "cpu"
+            and self.dtype == torch.float32
+            and fused_ops.use_cpu_kernels(config.cpu_kernels)
+        )
         self.model = load_model(config.model, model_config, self.dtype, self.device, threads)
 
         requested = config.max_model_len or model_config.max_position_embeddings
@@ -100,18 +104,17 @@ class ModelRunner:
         blocks = seq.block_table[: -(-num_tokens // self.block_size)]
         return CachedContext(torch.tensor(blocks, device=self.device), num_tokens)
 
-    def _padded_tables(
+    def _block_tables(
         self, seqs: list[Sequence], context_lens: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block tables padded to the longest (padding reads block 0) and the mask of real keys."""
+        """Block tables [seqs, max_blocks] padded to the longest with block 0, and the context lengths."""
         bs = self.block_size
         max_blocks = -(-max(context_lens) // bs)
-        table: list[int] = []
-        for seq, n in zip(seqs, context_lens, strict=True):
-            blocks = seq.block_table[: -(-n // bs)]
-            table += blocks + [0] * (max_blocks - len(blocks))
-        mask = torch.arange(max_blocks * bs)[None, :] < torch.tensor(context_lens)[:, None]
-        return torch.tensor(table, device=self.device), mask.view(1, len(seqs), 1, -1).to(self.device)
+        table = [
+            seq.block_table[: -(-n // bs)] + [0] * (max_blocks - -(-n // bs))
+            for seq, n in zip(seqs, context_lens, strict=True)
+        ]
+        return torch.tensor(table, device=self.device), torch.tensor(context_lens, device=self.device)
 
     @torch.inference_mode()
     def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[list[Sequence], torch.Tensor]:
@@ -141,21 +144,18 @@ class ModelRunner:
                 sampled.append(seq)
                 logit_rows.append(row - 1)
 
-        decode_contexts = decode_blocks = decode_mask = None
-        if decodes and self.batched_decode:
-            decode_blocks, decode_mask = self._padded_tables(decodes, [p + 1 for p in positions])
-        elif decodes:
-            decode_contexts = [self._context(seq, p + 1) for seq, p in zip(decodes, positions, strict=True)]
+        block_tables = context_lens = None
+        if decodes:
+            block_tables, context_lens = self._block_tables(decodes, [p + 1 for p in positions])
         positions_t = torch.cat(position_parts).to(device)
         batch = AttentionBatch(
             slot_mapping=torch.cat(slot_parts).to(device),
-            cos=self.cos[positions_t].unsqueeze(1),
-            sin=self.sin[positions_t].unsqueeze(1),
+            cos=self.cos[positions_t],
+            sin=self.sin[positions_t],
             block_size=bs,
             num_decodes=len(decodes),
-            decode_contexts=decode_contexts,
-            decode_blocks=decode_blocks,
-            decode_mask=decode_mask,
+            decode_block_tables=block_tables,
+            decode_context_lens=context_lens,
             prefills=spans,
         )
         input_ids = torch.tensor(token_ids, device=device)

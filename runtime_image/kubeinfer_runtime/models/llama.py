@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kubeinfer_runtime.models.attention import AttentionBatch, apply_rope_, paged_attention
+from kubeinfer_runtime.models import fused_ops
+from kubeinfer_runtime.models.attention import AttentionBatch, paged_attention
 
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -105,7 +106,7 @@ def rope_inv_freq(config: LlamaConfig) -> torch.Tensor:
 
 
 def rope_tables(config: LlamaConfig, max_len: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin [max_len, head_dim] for positions 0..max_len-1 (see `apply_rope_`)."""
+    """cos and signed sin [max_len, head_dim] for positions 0..max_len-1 (see `fused_ops.apply_rope_`)."""
     freqs = torch.outer(torch.arange(max_len, dtype=torch.float32), rope_inv_freq(config))
     emb = torch.cat((freqs, freqs), dim=-1)
     signed_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1)
@@ -116,11 +117,11 @@ class Linear(nn.Module):
     """nn.Linear: y = x W^T + b, with the checkpoint's [out, in] weight.
 
     On CPU, `pack_for_cpu(splits)` re-lays the weight out as `splits` column slices [splits, in,
-    out / splits], each contiguous, multiplied as one batched matmul. A decode step is a
+    out / splits], each contiguous, one per thread (`fused_ops.packed_linear`). A decode step is a
     matrix-vector product per weight, which MKL runs on a single thread, at one core's share of
-    memory bandwidth; batched, each thread streams its own slice. On bench-60m (2 cores) a batch-1
-    step's 33 matmuls took 7.5 ms this way against 9.0 ms with oneDNN's prepacked weights (which
-    also cost ~25 us of setup per call), and a row-major weight is repacked by MKL on every call.
+    memory bandwidth; sliced, each thread streams its own slice. On bench-60m (2 cores) a batch-1
+    step's 33 matmuls took 7.5 ms as one batched MKL matmul against 9.0 ms with oneDNN's prepacked
+    weights; the C++ streaming product for a few rows takes another ~10% off the decoder layers'.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
@@ -140,9 +141,7 @@ class Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.weight.dim() == 2:
             return F.linear(x, self.weight, self.bias)
-        y = torch.bmm(x.expand(self.weight.shape[0], *x.shape), self.weight)  # [splits, rows, out / splits]
-        y = y.transpose(0, 1).reshape(x.shape[0], -1)  # a view for a single row, a copy for more
-        return y if self.bias is None else y + self.bias
+        return fused_ops.packed_linear(x, self.weight, self.bias)
 
 
 class RMSNorm(nn.Module):
@@ -151,11 +150,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:
-            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        # Half precision: normalise in float32 like transformers, then scale in the model dtype.
-        return F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype) * self.weight
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual): the residual add rides along with the norm after it."""
+        return fused_ops.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 class Attention(nn.Module):
@@ -175,11 +174,9 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
         num_tokens = x.shape[0]
         qkv = self.qkv_proj(x).view(num_tokens, -1, self.head_dim)  # q heads, then k heads, then v heads
-        # Rotating q and k in place keeps keys and values adjacent, so the cache takes them in one copy.
-        apply_rope_(qkv[:, : self.num_heads + self.num_kv_heads], batch.cos, batch.sin)
-        out = paged_attention(
-            qkv[:, : self.num_heads], qkv[:, self.num_heads :], self.kv_cache, batch, self.scale
-        )
+        cache, heads = self.kv_cache, self.num_heads
+        fused_ops.rope_and_cache_(qkv, batch.cos, batch.sin, cache, batch.slot_mapping, heads)
+        out = paged_attention(qkv[:, :heads], qkv[:, heads:], cache, batch, self.scale)
         return self.o_proj(out.view(num_tokens, -1))
 
 
@@ -190,8 +187,7 @@ class MLP(nn.Module):
         self.down_proj = Linear(config.intermediate_size, config.hidden_size, bias=config.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(fused_ops.silu_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -202,9 +198,13 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, batch: AttentionBatch) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), batch)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None, batch: AttentionBatch
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's MLP output, the residual stream before it is added): the next norm adds them."""
+        x, residual = self.input_layernorm(x, residual)
+        x, residual = self.post_attention_layernorm(self.self_attn(x, batch), residual)
+        return self.mlp(x), residual
 
 
 class LlamaModel(nn.Module):
@@ -254,10 +254,11 @@ class LlamaForCausalLM(nn.Module):
         self, input_ids: torch.Tensor, batch: AttentionBatch, logit_rows: torch.Tensor
     ) -> torch.Tensor:
         """Logits [len(logit_rows), vocab] at the given rows; only those rows pay for the LM head."""
-        x = self.model.embed_tokens(input_ids)
+        x, residual = self.model.embed_tokens(input_ids), None
         for layer in self.model.layers:
-            x = layer(x, batch)
-        return self.lm_head(self.model.norm(x[logit_rows]))
+            x, residual = layer(x, residual, batch)
+        assert residual is not None  # a model has layers
+        return self.lm_head(self.model.norm(x[logit_rows], residual[logit_rows])[0])
 
     def shard_sizes(self, fused: str) -> list[int]:
         c = self.config

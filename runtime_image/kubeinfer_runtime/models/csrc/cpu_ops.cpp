@@ -1,0 +1,244 @@
+// CPU kernels for the decode path: what eager PyTorch spends ~40 small ops per layer on.
+//
+// A batch-1 decode step on a small model is bound by memory bandwidth in its matmuls; every other op
+// costs a few microseconds of dispatch for almost no arithmetic. These kernels fold that glue into
+// four calls per layer: residual add + RMSNorm, rotary embedding + KV-cache write, attention over the
+// paged cache (no gather copy, every decode sequence in one call), and SiLU-and-multiply.
+// float32 only; the Python side (models/fused.py) falls back to eager ops for anything else.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+void check_float_cpu(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, name, " must be a float32 CPU tensor");
+}
+
+// Work below this many floats per parallel task runs on the calling thread: waking the pool costs
+// more than a small row's arithmetic.
+constexpr int64_t kParallelGrainFloats = 1 << 15;
+
+int64_t grain_for(int64_t floats_per_task) {
+  return std::max<int64_t>(1, kParallelGrainFloats / std::max<int64_t>(1, floats_per_task));
+}
+
+// residual (when given) += x, then returns rms_norm(residual) * weight; without residual, of x.
+// Same order of operations as transformers' LlamaRMSNorm in float32.
+at::Tensor add_rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& residual,
+                        const at::Tensor& weight, double eps) {
+  check_float_cpu(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be contiguous [tokens, hidden]");
+  const int64_t rows = x.size(0), hidden = x.size(1);
+  float* res = nullptr;
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->sizes() == x.sizes() && residual->is_contiguous(), "residual must match x");
+    res = residual->data_ptr<float>();
+  }
+  auto out = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* wp = weight.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const auto feps = static_cast<float>(eps);
+  at::parallel_for(0, rows, grain_for(hidden), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* xr = xp + r * hidden;
+      float* src = res ? res + r * hidden : const_cast<float*>(xr);
+      float* yr = op + r * hidden;
+      float sum_sq = 0.f;
+      if (res) {
+#pragma omp simd reduction(+ : sum_sq)
+        for (int64_t h = 0; h < hidden; ++h) {
+          src[h] += xr[h];
+          sum_sq += src[h] * src[h];
+        }
+      } else {
+#pragma omp simd reduction(+ : sum_sq)
+        for (int64_t h = 0; h < hidden; ++h) sum_sq += src[h] * src[h];
+      }
+      const float inv_rms = 1.f / std::sqrt(sum_sq / static_cast<float>(hidden) + feps);
+#pragma omp simd
+      for (int64_t h = 0; h < hidden; ++h) yr[h] = wp[h] * (src[h] * inv_rms);
+    }
+  });
+  return out;
+}
+
+// qkv [tokens, heads + 2 * kv_heads, head_dim]: rotates the query and key heads in place
+// (x * cos + roll(x, head_dim / 2) * signed_sin, see attention.apply_rope_), then writes each token's
+// keys and values to cache [2 * kv_heads, slots, head_dim] at its slot.
+void rope_and_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& signed_sin,
+                    const at::Tensor& cache, const at::Tensor& slots, int64_t num_heads) {
+  check_float_cpu(qkv, "qkv");
+  check_float_cpu(cache, "cache");
+  TORCH_CHECK(qkv.dim() == 3 && qkv.is_contiguous() && cache.is_contiguous(), "qkv and cache must be contiguous");
+  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous(), "rope tables must be contiguous");
+  TORCH_CHECK(slots.scalar_type() == at::kLong, "slots must be int64");
+  const int64_t tokens = qkv.size(0), all_heads = qkv.size(1), dim = qkv.size(2), half = dim / 2;
+  const int64_t two_kv = all_heads - num_heads, cache_slots = cache.size(1);
+  TORCH_CHECK(cache.size(0) == two_kv && cache.size(2) == dim, "cache shape does not match qkv");
+  float* qp = qkv.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = signed_sin.data_ptr<float>();
+  float* kvp = cache.data_ptr<float>();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  at::parallel_for(0, tokens, grain_for(all_heads * dim), [&](int64_t begin, int64_t end) {
+    std::vector<float> rotated(dim);
+    for (int64_t t = begin; t < end; ++t) {
+      TORCH_CHECK(slot[t] >= 0 && slot[t] < cache_slots, "slot out of range");
+      const float* c = cp + t * dim;
+      const float* s = sp + t * dim;
+      for (int64_t h = 0; h < num_heads + two_kv / 2; ++h) {
+        float* x = qp + (t * all_heads + h) * dim;
+        for (int64_t i = 0; i < dim; ++i) rotated[i] = x[i] * c[i] + x[(i + half) % dim] * s[i];
+        std::copy(rotated.begin(), rotated.end(), x);
+      }
+      for (int64_t r = 0; r < two_kv; ++r) {
+        const float* src = qp + (t * all_heads + num_heads + r) * dim;
+        std::copy(src, src + dim, kvp + (r * cache_slots + slot[t]) * dim);
+      }
+    }
+  });
+}
+
+// One query token per sequence against its paged context: q [seqs, heads, head_dim] (any strides
+// along the first two dims), block_tables [seqs, max_blocks], context_lens [seqs]; returns
+// [seqs, heads, head_dim]. Keys and values are read in place from the cache, block by block.
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache, const at::Tensor& block_tables,
+                                  const at::Tensor& context_lens, int64_t block_size, double scale) {
+  check_float_cpu(q, "q");
+  check_float_cpu(cache, "cache");
+  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1, "q must be [seqs, heads, head_dim] with contiguous rows");
+  TORCH_CHECK(cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
+              "cache, block_tables and context_lens must be contiguous");
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong,
+              "block_tables and context_lens must be int64");
+  const int64_t seqs = q.size(0), heads = q.size(1), dim = q.size(2);
+  const int64_t kv_heads = cache.size(0) / 2, cache_slots = cache.size(1), max_blocks = block_tables.size(1);
+  TORCH_CHECK(heads % kv_heads == 0, "query heads must be a multiple of kv heads");
+  const int64_t group = heads / kv_heads;
+  auto out = at::empty({seqs, heads, dim}, q.options());
+  const float* qp = q.data_ptr<float>();
+  const float* kvp = cache.data_ptr<float>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  const int64_t* lens = context_lens.data_ptr<int64_t>();
+  float* op = out.data_ptr<float>();
+  const auto fscale = static_cast<float>(scale);
+  const int64_t longest = seqs ? *std::max_element(lens, lens + seqs) : 0;
+  TORCH_CHECK(longest <= max_blocks * block_size, "context longer than its block table");
+  // A task is one (sequence, kv head): its query heads share every key and value read.
+  at::parallel_for(0, seqs * kv_heads, grain_for(group * longest * dim * 2), [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t seq = task / kv_heads, kv_head = task % kv_heads, len = lens[seq];
+      const float* keys = kvp + kv_head * cache_slots * dim;
+      const float* values = kvp + (kv_heads + kv_head) * cache_slots * dim;
+      scores.assign(group * len, 0.f);
+      for (int64_t t = 0; t < len; ++t) {
+        const int64_t block = tables[seq * max_blocks + t / block_size];
+        const float* k = keys + (block * block_size + t % block_size) * dim;
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qv = qp + seq * q.stride(0) + (kv_head * group + g) * q.stride(1);
+          float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
+          for (int64_t i = 0; i < dim; ++i) dot += qv[i] * k[i];
+          scores[g * len + t] = dot * fscale;
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float* s = scores.data() + g * len;
+        const float peak = *std::max_element(s, s + len);
+        float total = 0.f;
+        for (int64_t t = 0; t < len; ++t) total += (s[t] = std::exp(s[t] - peak));
+        const float norm = 1.f / total;
+        float* o = op + (seq * heads + kv_head * group + g) * dim;
+        std::fill(o, o + dim, 0.f);
+        for (int64_t t = 0; t < len; ++t) {
+          const int64_t block = tables[seq * max_blocks + t / block_size];
+          const float* v = values + (block * block_size + t % block_size) * dim;
+          const float p = s[t] * norm;
+#pragma omp simd
+          for (int64_t i = 0; i < dim; ++i) o[i] += p * v[i];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// gate_up [tokens, 2 * intermediate] -> silu(gate) * up, through ATen's vectorised kernels.
+at::Tensor silu_mul(const at::Tensor& gate_up) {
+  const int64_t half = gate_up.size(-1) / 2;
+  return at::silu(gate_up.narrow(-1, 0, half)).mul_(gate_up.narrow(-1, half, half));
+}
+
+// x [rows, in] times a weight laid out as column slices w [splits, in, out / splits] (see
+// llama.Linear.pack_for_cpu), one slice per thread. For a few rows the product is bound by reading
+// the weight once, so each thread walks its slice front to back, one sequential stream, adding
+// x[r, k] * w[k, :] into output rows that stay in L1. On this project's 2-core machines MKL's
+// matrix-vector path took ~15% longer over a decoder layer's matrices, whose reads it starts in column
+// panels; it keeps more rows (its blocking pays off once each weight element serves enough of them)
+// and slices too wide for L1 (an LM head), where it streams as well as this does.
+constexpr int64_t kMaxStreamedRows = 4;
+constexpr int64_t kMaxStreamedWidth = 2048;  // floats: four output rows of this fit in L1
+
+at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
+  const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(2);
+  if (rows > kMaxStreamedRows || width > kMaxStreamedWidth || !x.is_contiguous() || !w.is_contiguous() ||
+      x.scalar_type() != at::kFloat) {
+    auto y = at::bmm(x.expand({splits, rows, in}), w).transpose(0, 1).reshape({rows, -1});
+    return bias.has_value() ? y.add_(*bias) : y;
+  }
+  TORCH_CHECK(w.size(1) == in, "weight has ", w.size(1), " inputs, x has ", in);
+  // The output starts as the bias and the products add onto it (repeat copies, where a one-row
+  // expand().contiguous() would hand back the bias itself).
+  auto out = bias.has_value() ? bias->repeat({rows, 1}) : at::zeros({rows, splits * width}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, splits, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      const float* slice = wp + s * in * width;
+      int64_t k = 0;
+      // Four weight rows per pass: a quarter of the loads and stores of the output rows.
+      for (; k + 4 <= in; k += 4) {
+        const float *w0 = slice + k * width, *w1 = w0 + width, *w2 = w1 + width, *w3 = w2 + width;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* xr = xp + r * in + k;
+          const float x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
+          float* y = op + r * splits * width + s * width;
+#pragma omp simd
+          for (int64_t j = 0; j < width; ++j) y[j] += x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j];
+        }
+      }
+      for (; k < in; ++k) {
+        const float* wk = slice + k * width;
+        for (int64_t r = 0; r < rows; ++r) {
+          const float xk = xp[r * in + k];
+          float* y = op + r * splits * width + s * width;
+#pragma omp simd
+          for (int64_t j = 0; j < width; ++j) y[j] += xk * wk[j];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(kubeinfer, m) {
+  m.def("add_rms_norm(Tensor x, Tensor(a!)? residual, Tensor weight, float eps) -> Tensor", &add_rms_norm);
+  m.def("rope_and_cache(Tensor(a!) qkv, Tensor cos, Tensor signed_sin, Tensor(b!) cache, Tensor slots, "
+        "int num_heads) -> ()",
+        &rope_and_cache);
+  m.def("paged_decode_attention(Tensor q, Tensor cache, Tensor block_tables, Tensor context_lens, "
+        "int block_size, float scale) -> Tensor",
+        &paged_decode_attention);
+  m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
+  m.def("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &packed_linear);
+}

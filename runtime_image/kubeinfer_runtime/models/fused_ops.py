@@ -1,0 +1,157 @@
+"""The model's fused steps: C++ kernels on CPU in float32 (csrc/cpu_ops.cpp), eager PyTorch otherwise.
+
+The kernels are compiled on first use with the machine's C++ compiler (torch.utils.cpp_extension, about
+a minute, cached under TORCH_EXTENSIONS_DIR); `python -m kubeinfer_runtime.models.fused_ops` builds them
+ahead of time. Without a compiler the engine logs why and runs the eager path: same outputs, slower
+decode. Each function below gives both paths; the eager one is also the reference the kernel tests use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).parent / "csrc" / "cpu_ops.cpp"
+_state: dict[str, bool] = {"loaded": False, "enabled": False}
+
+
+def load_cpu_kernels(verbose: bool = False) -> None:
+    """Compile (or reuse the cached build of) the CPU kernels; raises when that is impossible."""
+    if _state["loaded"]:
+        return
+    from torch.utils.cpp_extension import load  # imports setuptools machinery: only when needed
+
+    load(
+        name="kubeinfer_cpu_ops",
+        sources=[str(SOURCE)],
+        # native: the build runs on the machine that uses it (cached per machine); an image built
+        # elsewhere names a baseline instead (runtime_image/Dockerfile: x86-64-v3, AVX2 and FMA).
+        extra_cflags=["-O3", f"-march={os.environ.get('KUBEINFER_CPU_KERNEL_ARCH', 'native')}", "-fopenmp"],
+        extra_ldflags=["-fopenmp"],
+        is_python_module=False,
+        verbose=verbose,
+    )
+    _state["loaded"] = True
+
+
+def use_cpu_kernels(wanted: bool) -> bool:
+    """Turn the CPU kernels on or off for this process; returns whether they are on."""
+    if wanted and not _state["loaded"]:
+        try:
+            log.info("building the CPU kernels (cached after the first time)")
+            load_cpu_kernels()
+        except Exception as err:  # no compiler, no headers: the eager path still works
+            log.warning("CPU kernels unavailable, decoding with eager PyTorch ops: %s", err)
+    _state["enabled"] = wanted and _state["loaded"]
+    return _state["enabled"]
+
+
+def _kernel(x: torch.Tensor) -> bool:
+    return _state["enabled"] and x.dtype == torch.float32 and x.device.type == "cpu"
+
+
+def add_rms_norm(
+    x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual) * weight, x + residual); with no residual, x is the residual."""
+    if _kernel(x):
+        return torch.ops.kubeinfer.add_rms_norm(x, residual, weight, eps), x if residual is None else residual
+    if residual is not None:
+        x = x + residual
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps), x
+    # Half precision: normalise in float32 like transformers, then scale in the model dtype.
+    return F.rms_norm(x.float(), weight.shape, eps=eps).to(x.dtype) * weight, x
+
+
+def apply_rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
+    """Rotary embedding in place, HF layout: x*cos + rotate_half(x)*sin, rotate_half(x) = (-x2, x1).
+
+    `signed_sin` carries the minus sign in its first half, so rotate_half becomes a roll.
+    """
+    torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin, out=x)
+
+
+def rope_and_cache_(
+    qkv: torch.Tensor,
+    cos: torch.Tensor,
+    signed_sin: torch.Tensor,
+    cache: torch.Tensor,
+    slots: torch.Tensor,
+    num_heads: int,
+) -> None:
+    """qkv [T, heads + 2 * kv_heads, head_dim]: rotate q and k in place, then write k and v to the
+    cache [2 * kv_heads, slots, head_dim] at each token's slot. cos / signed_sin: [T, head_dim]."""
+    if _kernel(qkv):
+        torch.ops.kubeinfer.rope_and_cache(qkv, cos, signed_sin, cache, slots, num_heads)
+        return
+    kv_heads = (qkv.shape[1] - num_heads) // 2
+    apply_rope_(qkv[:, : num_heads + kv_heads], cos.unsqueeze(1), signed_sin.unsqueeze(1))
+    # Keys and values are adjacent in qkv, so the cache takes them in one copy.
+    cache.index_copy_(1, slots, qkv[:, num_heads:].transpose(0, 1))
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    block_size: int,
+    scale: float,
+) -> torch.Tensor:
+    """One query per sequence, q [S, heads, head_dim], over its paged keys and values: block_tables
+    [S, max_blocks] (padded with any valid block), context_lens [S] -> [S, heads, head_dim]."""
+    if _kernel(q):
+        return torch.ops.kubeinfer.paged_decode_attention(
+            q, cache, block_tables, context_lens, block_size, scale
+        )
+    num_seqs, num_heads, head_dim = q.shape
+    two_kv_heads = cache.shape[0]
+    kv_heads = two_kv_heads // 2
+    # Gather every sequence's blocks into one padded batch and mask the padding: one call for all.
+    kv = cache.view(two_kv_heads, -1, block_size * head_dim).index_select(1, block_tables.flatten())
+    kv = kv.view(two_kv_heads, num_seqs, -1, head_dim)
+    mask = torch.arange(kv.shape[2], device=q.device) < context_lens[:, None]
+    q = q.reshape(num_seqs, kv_heads, num_heads // kv_heads, head_dim).transpose(0, 1)
+    out = F.scaled_dot_product_attention(
+        q, kv[:kv_heads], kv[kv_heads:], attn_mask=mask.view(1, num_seqs, 1, -1), scale=scale
+    )
+    return out.transpose(0, 1).reshape(num_seqs, num_heads, head_dim)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """[T, 2 * I] -> silu(gate) * up, [T, I]."""
+    if _kernel(gate_up):
+        return torch.ops.kubeinfer.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [rows, in] times a weight packed as column slices [splits, in, out / splits]."""
+    if _kernel(x):
+        return torch.ops.kubeinfer.packed_linear(x, weight, bias)
+    y = torch.bmm(x.expand(weight.shape[0], *x.shape), weight)  # [splits, rows, out / splits]
+    y = y.transpose(0, 1).reshape(x.shape[0], -1)  # a view for a single row, a copy for more
+    return y if bias is None else y + bias
+
+
+def main() -> int:
+    """Build the kernels now (an image build step, CI set-up) rather than at the first model load."""
+    print(
+        f"building {SOURCE.name} into {os.environ.get('TORCH_EXTENSIONS_DIR', 'the torch extensions cache')}"
+    )
+    load_cpu_kernels(verbose="-v" in sys.argv)
+    print("CPU kernels ready")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
