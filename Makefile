@@ -66,7 +66,7 @@ cluster-down:
 demo: deps
 	$(PY) e2e/demo.py
 
-bench-engine: venv
+bench-engine: kernels
 	$(PY) benchmarks/engine_throughput.py --json out/bench-engine.json
 
 bench-serve: venv

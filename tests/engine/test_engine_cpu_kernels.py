@@ -79,12 +79,13 @@ def test_silu_mul_and_packed_linear_match_eager(kernels: None) -> None:
     gate_up = torch.randn(3, 64)
     (k_out, _), (e_out, _) = both_paths(fused_ops.silu_mul, gate_up)
     torch.testing.assert_close(k_out, e_out)
-    # Streamed (few rows; 30 inputs leave a remainder after the rows taken four at a time) and MKL's.
+    # Streamed (few rows) and MKL's (more). 30 inputs and 27 outputs per block leave remainders after
+    # the 8 inputs and the 4 output rows the kernel takes at a time.
     for rows in (1, 3, 6):
-        x, weight, bias = torch.randn(rows, 30), torch.randn(2, 30, 24), torch.randn(48)
+        x, weight, bias = torch.randn(rows, 30), torch.randn(2, 27, 30), torch.randn(54)
         (k_out, _), (e_out, _) = both_paths(fused_ops.packed_linear, x, weight, bias)
         torch.testing.assert_close(k_out, e_out)
-        plain = x @ weight.transpose(0, 1).reshape(30, 48) + bias
+        plain = x @ weight.reshape(54, 30).t() + bias
         torch.testing.assert_close(k_out, plain)
         for _ in range(2):  # the bias is an input, never an accumulator: the second call sees it intact
             torch.testing.assert_close(fused_ops.packed_linear(x, weight, bias), plain)

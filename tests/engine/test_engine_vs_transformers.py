@@ -151,8 +151,8 @@ def test_weights_sliced_for_two_threads_match_transformers(
     engine = make_engine(preset, num_threads=2)
     torch.set_num_threads(1)  # conftest's setting: tiny ops only wait on OpenMP barriers
     model = engine.model_runner.model
-    assert model.model.layers[0].mlp.gate_up_proj.weight.dim() == 3  # [slices, in, out / slices]
-    assert model.lm_head.weight.dim() == 2  # its odd vocabulary (935) does not split: plain layout
+    assert model.model.layers[0].mlp.gate_up_proj.weight.shape[0] == 2  # [slices, out / slices, in]
+    assert model.lm_head.weight.shape[0] == 1  # its odd vocabulary (935) does not split: one block
     expected = reference(preset).tokens
     assert engine.generate(PROMPTS, GREEDY) == expected
     assert engine.generate([PROMPTS[-1]], GREEDY) == [expected[-1]]

