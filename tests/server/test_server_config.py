@@ -29,6 +29,8 @@ def test_environment_sets_what_the_command_line_does_not(tmp_path: Path) -> None
     assert config.fault_error_rate == 0.0 and config.fault_fail_load is False  # faults are off by default
     assert config.engine_overrides()["enable_prefix_caching"] is False
     assert "kv_cache_tokens" not in config.engine_overrides()  # unset: the engine's default
+    assert config.engine_overrides()["cpu_kernels"] is True  # on unless turned off
+    assert parse_config(["--no-cpu-kernels"], env).engine_overrides()["cpu_kernels"] is False
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ class ServerConfig:
     dtype: str | None
     device: str | None
     seed: int | None
+    cpu_kernels: bool
     api_key_file: str | None
     warmup: bool
     drain_timeout: float
@@ -55,6 +56,7 @@ class ServerConfig:
             "dtype": self.dtype,
             "device": self.device,
             "seed": self.seed,
+            "cpu_kernels": self.cpu_kernels,
         }
         return {key: value for key, value in overrides.items() if value is not None}
 
@@ -129,6 +131,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     flag("--dtype", "weight dtype: float32, float16, bfloat16 (default: the engine's choice for the device)")
     flag("--device", "cpu or cuda (default: cuda when available)")
     flag("--seed", "engine-wide random seed", type=int)
+    flag("--cpu-kernels", "fused C++ decode kernels on CPU (compiled on first use; off: eager PyTorch)", True,
+         action=argparse.BooleanOptionalAction)  # fmt: skip
     flag("--api-key-file", "file holding the API key clients must send as 'Authorization: Bearer <key>'")
     flag("--warmup", "run one generation before reporting ready", True, action=argparse.BooleanOptionalAction)
     flag(
