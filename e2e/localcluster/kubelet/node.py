@@ -234,6 +234,10 @@ class NodeAgent:
         repo = name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
         return list(self.cfg.get("image_entrypoints", {}).get(repo, []))
 
+    def image_env(self) -> dict[str, str]:
+        """The stand-in for the image's ENV: one set for every image (they all run the checkout)."""
+        return dict(self.cfg.get("image_env", {}))
+
     def event(self, pod: Obj, reason: str, message: str, warning: bool) -> None:
         meta, stamp = pod["metadata"], now()
         body = {

@@ -247,6 +247,7 @@ class PodWorker(threading.Thread):
         base = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/root"),
+            **self.node.image_env(),  # an image's ENV: the pod's own env may override it
             "HOSTNAME": hostname,
             **self.node.service_env(),
         }
