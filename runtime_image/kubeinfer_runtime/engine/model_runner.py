@@ -110,10 +110,10 @@ class ModelRunner:
         """Block tables [seqs, max_blocks] padded to the longest with block 0, and the context lengths."""
         bs = self.block_size
         max_blocks = -(-max(context_lens) // bs)
-        table = [
-            seq.block_table[: -(-n // bs)] + [0] * (max_blocks - -(-n // bs))
-            for seq, n in zip(seqs, context_lens, strict=True)
-        ]
+        table: list[list[int]] = []
+        for seq, n in zip(seqs, context_lens, strict=True):
+            blocks = seq.block_table[: -(-n // bs)]
+            table.append(blocks + [0] * (max_blocks - len(blocks)))
         return torch.tensor(table, device=self.device), torch.tensor(context_lens, device=self.device)
 
     @torch.inference_mode()
