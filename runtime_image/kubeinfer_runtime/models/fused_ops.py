@@ -19,7 +19,10 @@ import torch.nn.functional as F
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "cpu_ops.cpp"
-_state: dict[str, bool] = {"loaded": False, "enabled": False}
+_state: dict[str, bool] = {"loaded": False, "enabled": False, "streamed_matmul": False}
+# Rows up to this many take the C++ streamed product; more go to MKL, whose blocking pays off once each
+# weight element serves enough rows.
+STREAMED_ROWS = 4
 
 
 def load_cpu_kernels(verbose: bool = False) -> None:
@@ -39,6 +42,8 @@ def load_cpu_kernels(verbose: bool = False) -> None:
         verbose=verbose,
     )
     _state["loaded"] = True
+    # Compiled in only where the build targets AVX2 and FMA (see cpu_ops.cpp).
+    _state["streamed_matmul"] = hasattr(torch.ops.kubeinfer, "packed_linear")
 
 
 def use_cpu_kernels(wanted: bool) -> bool:
@@ -136,7 +141,7 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 
 def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [rows, in] times a weight stored as blocks of output rows [splits, out / splits, in]."""
-    if _kernel(x):
+    if _kernel(x) and x.shape[0] <= STREAMED_ROWS and _state["streamed_matmul"]:
         return torch.ops.kubeinfer.packed_linear(x, weight, bias)
     y = torch.bmm(x.expand(weight.shape[0], *x.shape), weight.transpose(1, 2))  # [splits, rows, out / splits]
     y = y.transpose(0, 1).reshape(x.shape[0], -1)  # a view for a single row, a copy for more

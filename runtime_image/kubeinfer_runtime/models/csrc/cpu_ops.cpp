@@ -180,13 +180,7 @@ at::Tensor silu_mul(const at::Tensor& gate_up) {
   return at::silu(gate_up.narrow(-1, 0, half)).mul_(gate_up.narrow(-1, half, half));
 }
 
-// Rows up to this many take the streamed product below; more go to MKL, whose blocking pays off
-// once each weight element serves enough rows.
-constexpr int64_t kMaxStreamedRows = 4;
-
 #if defined(__AVX2__) && defined(__FMA__)
-constexpr bool kStreamed = true;
-
 // Four dot products of one row of x against weight rows r[0..3], 8 floats at a time.
 inline void dot4(const float* x, const float* const r[4], int64_t n, float out[4]) {
   __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -202,10 +196,6 @@ inline void dot4(const float* x, const float* const r[4], int64_t n, float out[4
     for (int64_t t = k; t < n; ++t) out[i] += r[i][t] * x[t];
   }
 }
-#else
-constexpr bool kStreamed = false;
-inline void dot4(const float*, const float* const[4], int64_t, float[4]) {}
-#endif
 
 // x [rows, in] times a weight stored as row slices w [splits, out / splits, in] (the checkpoint's
 // [out, in] layout cut into one block of output rows per thread, see llama.Linear.pack_for_cpu).
@@ -213,14 +203,14 @@ inline void dot4(const float*, const float* const[4], int64_t, float[4]) {}
 // enough reads in flight to reach the memory bandwidth: each thread reads four far-apart rows of its
 // slice at a time (four streams). On this project's 2-core machines that took ~30% off MKL's time
 // over a decoder layer's matrices.
+// Registered only where AVX2 and FMA are compiled in; fused_ops sends more rows, and every product
+// elsewhere, to MKL.
 at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
+  check_float_cpu(x, "x");
+  check_float_cpu(w, "weight");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && w.is_contiguous(), "x and weight must be contiguous");
   const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(1);
   TORCH_CHECK(w.size(2) == in, "weight has ", w.size(2), " inputs, x has ", in);
-  if (!kStreamed || rows > kMaxStreamedRows || !x.is_contiguous() || !w.is_contiguous() ||
-      x.scalar_type() != at::kFloat) {
-    auto y = at::bmm(x.expand({splits, rows, in}), w.transpose(1, 2)).transpose(0, 1).reshape({rows, -1});
-    return bias.has_value() ? y.add_(*bias) : y;
-  }
   auto out = at::empty({rows, splits * width}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
@@ -250,6 +240,7 @@ at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const std::op
   });
   return out;
 }
+#endif
 
 }  // namespace
 
@@ -262,5 +253,7 @@ TORCH_LIBRARY(kubeinfer, m) {
         "int block_size, float scale) -> Tensor",
         &paged_decode_attention);
   m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
+#if defined(__AVX2__) && defined(__FMA__)
   m.def("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &packed_linear);
+#endif
 }
