@@ -102,8 +102,10 @@ def test_track_queries_split_by_track_over_the_same_window() -> None:
     selector = 'namespace="prod",inferenceservice="chat",track="canary"'
     pods = 'namespace="prod",inferenceservice="chat",revision="7f9c"'
     assert queries == {
-        "requests": f"sum(increase(kubeinfer_router_requests_total{{{selector}}}[300s]))",
-        "errors": f'sum(increase(kubeinfer_router_requests_total{{{selector},code=~"5..|429"}}[300s]))',
+        # Every attempt at the track's replicas, not what the clients finally got after retries.
+        "requests": f"sum(increase(kubeinfer_router_upstream_attempts_total{{{selector}}}[300s]))",
+        "errors": "sum(increase(kubeinfer_router_upstream_attempts_total"
+        f'{{{selector},code=~"5..|429|transport"}}[300s]))',
         "ttft_p95": "histogram_quantile(0.95, sum by (le) "
         f"(increase(kubeinfer_router_time_to_first_token_seconds_bucket{{{selector}}}[300s])))",
         "tpot_p95": "histogram_quantile(0.95, sum by (le) "

@@ -14,6 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from router_fakes import FakeBackend, free_dead_url, hang_up_url, write_config
 
+from kubeinfer_runtime.router.retry_budget import RetryBudget
+
 Router = Callable[..., tuple[str, Path]]
 Backends = Callable[..., FakeBackend]
 BODY = {"model": "m", "prompt": "hi", "max_tokens": 3}
@@ -160,7 +162,10 @@ def test_retries_on_another_replica_before_the_first_byte(
         start_backend("full", status=429),
     )
     stable = [free_dead_url(), hang_up_url(), broken.url, overloaded.url, live.url]
-    url, config = start_router({"stable": (100, stable)}, max_attempts=5)
+    # A budget that covers every failure here: what is tested is which replicas a retry may go to.
+    url, config = start_router(
+        {"stable": (100, stable)}, max_attempts=5, retry_budget=RetryBudget(ratio=1.0, floor=100)
+    )
     responses = [complete(url, stream=i % 2 == 0) for i in range(12)]
     assert [r.status_code for r in responses] == [200] * 12
     assert live.served == 12
@@ -214,3 +219,41 @@ def test_request_id_is_propagated_or_generated(start_backend: Backends, start_ro
     generated = complete(url, stream=True)
     assert generated.headers["x-request-id"] == backend.request_ids[-1]
     assert len(generated.headers["x-request-id"]) >= 16
+
+
+def test_every_attempt_counts_against_its_track_while_retries_hide_some_failures(
+    start_backend: Backends, start_router: Router
+) -> None:
+    """A canary that fails every request: its failures are counted on the canary track however many the
+    retries hid from clients, retries stay within the budget, and a client sees an error only from the
+    canary (when the budget is spent), never from stable."""
+    stable, canary = start_backend("stable"), start_backend("canary", status=500)
+    budget = RetryBudget(ratio=0.1, floor=2, window_s=60)
+    url, _ = start_router({"stable": (70, [stable.url]), "canary": (30, [canary.url])}, retry_budget=budget)
+    responses = [complete(url, stream=i % 2 == 0) for i in range(100)]
+    failed = [r for r in responses if r.status_code != 200]
+    values = samples(url)
+    attempts = "kubeinfer_router_upstream_attempts_total"
+    assert sample(values, attempts, track="canary", code="500") == 30  # every canary attempt
+    assert sample(values, attempts, track="stable", code="200") == 100 - len(failed)
+    retried = sample(values, "kubeinfer_router_retries_total", track="canary", reason="500")
+    denied = sample(values, "kubeinfer_router_retries_denied_total", track="canary")
+    # The floor plus 10% of the requests so far at each failure: at most 2 + 10 over these 100 requests.
+    assert 2 + 8 <= retried <= 2 + 10 and retried + denied == 30
+    assert len(failed) == denied and all(r.headers["x-kubeinfer-track"] == "canary" for r in failed)
+    assert all(r.status_code == 500 for r in failed)
+    # What clients got, by the track that answered: the retried ones count as stable successes.
+    assert sample(values, "kubeinfer_router_requests_total", track="canary", code="500") == len(failed)
+
+
+def test_retry_budget_is_a_share_of_recent_requests_plus_a_floor() -> None:
+    now = [0.0]
+    budget = RetryBudget(ratio=0.2, floor=1, window_s=10, clock=lambda: now[0])
+    for _ in range(10):
+        budget.request()
+    assert [budget.try_spend() for _ in range(4)] == [True, True, True, False]  # 1 + 0.2 x 10
+    now[0] = 11.0  # the window moved past all of it: only the floor is left
+    assert budget.allowed() == 1
+    assert budget.try_spend() and not budget.try_spend()
+    with pytest.raises(ValueError, match="ratio"):
+        RetryBudget(ratio=1.5)

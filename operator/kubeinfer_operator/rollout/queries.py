@@ -1,7 +1,10 @@
 """PromQL for one track's side of a canary analysis, and turning the answers into a TrackMeasurement.
 
-Requests, errors, TTFT and E2E come from the router (`kubeinfer_router_*{track}`): it sees every request
-of both tracks, including the ones no replica answered. TPOT is per request and only the engine knows
+Requests and errors come from the router's count of attempts (`kubeinfer_router_upstream_attempts_total
+{track}`): every attempt at a replica, under that replica's track, including the ones a retry on the other
+track then hid from the client and the ones no HTTP answer came back for. A canary that fails is judged on
+its failures, not on what the retries made of them. TTFT and E2E come from the router's histograms of the
+attempt that served each request. TPOT is per request and only the engine knows
 the token count, so it comes from the runtime pods' histogram, selected by `revision`: a pod keeps its
 revision for life, while which track a revision is changes when it is promoted. When a Gateway splits
 the traffic instead of the router (source "replicas"), everything comes from the replicas' own metrics by
@@ -21,7 +24,7 @@ from typing import Literal
 
 from kubeinfer_operator.rollout.analysis import LatencyMetric, SLOTargets, TrackMeasurement
 
-ROUTER_REQUESTS = "kubeinfer_router_requests_total"
+ROUTER_ATTEMPTS = "kubeinfer_router_upstream_attempts_total"
 ROUTER_HISTOGRAMS: dict[LatencyMetric, str] = {
     "ttft": "kubeinfer_router_time_to_first_token_seconds",
     "e2e": "kubeinfer_router_e2e_request_latency_seconds",
@@ -32,8 +35,9 @@ RUNTIME_HISTOGRAMS: dict[LatencyMetric, str] = {
     "ttft": "kubeinfer_time_to_first_token_seconds",
     "e2e": "kubeinfer_e2e_request_latency_seconds",
 }
-# 429s count: a canary that sheds load the stable track absorbs is worse. 499 (client left) does not.
-ERROR_CODES = "5..|429"
+# 429s count: a canary that sheds load the stable track absorbs is worse. 499 (client left) does not;
+# `transport` (refused, reset, a stream cut mid-way) does.
+ERROR_CODES = "5..|429|transport"
 RUNTIME_ERROR_OUTCOMES = "error|timeout|rejected"  # the replicas' words for 5xx, 504 and 429
 Source = Literal["router", "replicas"]
 
@@ -57,8 +61,8 @@ def track_queries(
     window = f"{max(1, round(window_s))}s"
     if source == "router":
         selector = f'{service},track="{track}"'
-        errors = f'{ROUTER_REQUESTS}{{{selector},code=~"{ERROR_CODES}"}}'
-        requests, histograms = f"{ROUTER_REQUESTS}{{{selector}}}", ROUTER_HISTOGRAMS
+        errors = f'{ROUTER_ATTEMPTS}{{{selector},code=~"{ERROR_CODES}"}}'
+        requests, histograms = f"{ROUTER_ATTEMPTS}{{{selector}}}", ROUTER_HISTOGRAMS
     else:
         selector = replicas
         errors = f'{RUNTIME_REQUESTS}{{{selector},outcome=~"{RUNTIME_ERROR_OUTCOMES}"}}'

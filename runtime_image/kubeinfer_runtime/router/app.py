@@ -1,9 +1,15 @@
 """The router's HTTP app: an OpenAI-compatible pass-through proxy in front of an InferenceService's tracks.
 
 A request is given a track by weight, then the least-loaded replica in it. If connecting fails, or the
-replica answers 5xx/429, or the connection drops before the first body byte, the request is retried on
-another replica (same track first) — nothing has reached the client yet, so the retry is invisible.
-Once the first byte is forwarded the response is committed: chunks are passed through as they arrive.
+replica answers 5xx/429, or the connection drops before the first body byte, the request may be retried
+once on another replica (same track first) — nothing has reached the client yet, so the retry is
+invisible. Retries come from a budget (retry_budget.py): a share of recent requests, so a failing
+replica's load is not multiplied onto the others. Once the first byte is forwarded the response is
+committed: chunks are passed through as they arrive.
+
+Every attempt is counted under the track of the replica it went to (`kubeinfer_router_upstream_attempts`),
+whether or not a retry then hid it from the client: the canary analysis judges a track on what its
+replicas did, not on what the client finally got.
 
 If the client goes away at any point, the backend request is closed so the replica stops generating.
 If the backend cuts a stream, the client connection is dropped rather than ended cleanly, so the client
@@ -34,6 +40,7 @@ from kubeinfer_runtime.router.config import ConfigFile, RouterConfig
 from kubeinfer_runtime.router.configmap_source import ConfigMapSource
 from kubeinfer_runtime.router.load_probe import LoadProbe
 from kubeinfer_runtime.router.metrics import RouterMetrics
+from kubeinfer_runtime.router.retry_budget import RetryBudget
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +51,10 @@ HOP_BY_HOP = frozenset(
 )  # fmt: skip
 REQUEST_ID = "x-request-id"
 TRACK_HEADER = "x-kubeinfer-track"
+# Says which component answered /ready and /health: the operator's probe through the Service URL tells
+# from it whether a change of serving path (router <-> replicas) has reached the cluster's proxies.
+COMPONENT_HEADER = "x-kubeinfer-component"
+TRANSPORT = "transport"  # attempt outcome: no HTTP answer (refused, reset, cut mid-stream)
 
 AttemptOrder = list[tuple[str, tuple[str, ...]]]  # (track, its endpoints), in the order to try them
 
@@ -67,6 +78,7 @@ class Upstream:
     response: httpx.Response
     first_chunk: bytes
     rest: AsyncIterator[bytes]
+    started: float  # when this attempt was sent: its latency is the replica's, not the earlier attempts'
 
     @property
     def streamed(self) -> bool:
@@ -87,11 +99,13 @@ class Router:
         client: httpx.AsyncClient,
         probe: LoadProbe,
         max_attempts: int,
+        budget: RetryBudget | None = None,
     ) -> None:
         self.config = config
         self.client = client
         self.probe = probe
         self.max_attempts = max_attempts
+        self.budget = budget or RetryBudget()
         self.metrics = RouterMetrics()
         self.chooser = TrackChooser()
         self.in_flight: collections.Counter[str] = collections.Counter()
@@ -113,6 +127,7 @@ class Router:
 
     async def _serve(self, request: Request, body: bytes, received_at: float, send: Send) -> None:
         request_id = request.headers.get(REQUEST_ID) or uuid.uuid4().hex
+        self.budget.request()
         config = self.config.current
         track = self.chooser.choose(config.routable_weights())
         if track is None:
@@ -136,7 +151,7 @@ class Router:
             self._record(track, "502", received_at)
             response = error_response(502, f"no replica answered: {'; '.join(failures)}", request_id, track)
             return await response(request.scope, request.receive, send)
-        await self._relay(upstream, request_id, received_at, send)
+        await self._relay(upstream, request_id, send)
 
     @staticmethod
     def attempt_order(config: RouterConfig, track: str) -> AttemptOrder:
@@ -152,6 +167,19 @@ class Router:
                 return track, endpoint
         return None
 
+    def _may_retry(
+        self, order: AttemptOrder, tried: set[str], rotation: int, track: str, reason: str
+    ) -> bool:
+        """Whether a failed attempt on `track` is tried again elsewhere: another replica is left, the
+        request has attempts left, and the retry budget has one to spend."""
+        if len(tried) >= self.max_attempts or self.next_endpoint(order, tried, rotation) is None:
+            return False
+        if not self.budget.try_spend():
+            self.metrics.retries_denied.labels(track=track).inc()
+            return False
+        self.metrics.retries.labels(track=track, reason=reason).inc()
+        return True
+
     async def _connect(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes, order: AttemptOrder
     ) -> tuple[Upstream | None, list[str]]:
@@ -161,28 +189,30 @@ class Router:
         # Equally loaded replicas of a track take turns: one turn per request the track is chosen for.
         rotation = self._turns[order[0][0]]
         self._turns[order[0][0]] += 1
-        while len(tried) < self.max_attempts and (picked := self.next_endpoint(order, tried, rotation)):
+        while picked := self.next_endpoint(order, tried, rotation):
             track, endpoint = picked
             tried.add(endpoint)
             self.in_flight[endpoint] += 1
+            started = time.perf_counter()
             response: httpx.Response | None = None
             committed = False
             try:
                 request = self.client.build_request(method, endpoint + path, headers=headers, content=body)
                 response = await self.client.send(request, stream=True)
-                if (
-                    is_retryable(response.status_code)
-                    and len(tried) < self.max_attempts
-                    and self.next_endpoint(order, tried, rotation) is not None
-                ):
-                    failures.append(f"{endpoint}: HTTP {response.status_code}")
+                status = response.status_code
+                if is_retryable(status) and self._may_retry(order, tried, rotation, track, str(status)):
+                    self.metrics.attempts.labels(track=track, code=str(status)).inc()
+                    failures.append(f"{endpoint}: HTTP {status}")
                     continue
                 rest = response.aiter_raw()
                 first_chunk = await anext(rest, b"")
                 committed = True
-                return Upstream(track, endpoint, response, first_chunk, rest), failures
+                return Upstream(track, endpoint, response, first_chunk, rest, started), failures
             except httpx.TransportError as exc:
+                self.metrics.attempts.labels(track=track, code=TRANSPORT).inc()
                 failures.append(f"{endpoint}: {exc!r}")
+                if not self._may_retry(order, tried, rotation, track, TRANSPORT):
+                    break
             finally:
                 if not committed:
                     if response is not None:
@@ -190,7 +220,7 @@ class Router:
                     self._release(endpoint)
         return None, failures
 
-    async def _relay(self, upstream: Upstream, request_id: str, received_at: float, send: Send) -> None:
+    async def _relay(self, upstream: Upstream, request_id: str, send: Send) -> None:
         response = upstream.response
         headers = [
             (k, v) for k, v in response.headers.raw if k.lower().decode() not in HOP_BY_HOP | {REQUEST_ID}
@@ -199,13 +229,13 @@ class Router:
             (REQUEST_ID.encode(), request_id.encode()),
             (TRACK_HEADER.encode(), upstream.track.encode()),
         ]
-        code, ttft, gaps = str(response.status_code), None, []
+        code, attempt, ttft, gaps = str(response.status_code), str(response.status_code), None, []
         try:
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
             last = time.perf_counter()
             if upstream.first_chunk:
                 await send({"type": "http.response.body", "body": upstream.first_chunk, "more_body": True})
-                ttft = last - received_at
+                ttft = last - upstream.started
             async for chunk in upstream.rest:
                 now = time.perf_counter()
                 gaps.append(now - last)
@@ -213,26 +243,28 @@ class Router:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except httpx.TransportError as exc:
-            code = "502"
+            code, attempt = "502", TRANSPORT
             log.warning("request %s: %s cut the stream: %r", request_id, upstream.endpoint, exc)
         except OSError:  # the client's connection broke under a send
-            code = "499"
+            code = attempt = "499"
         except asyncio.CancelledError:  # the client went away while we waited on the backend
-            code = "499"
+            code = attempt = "499"
             raise
         finally:
             await response.aclose()
             self._release(upstream.endpoint)
+            self.metrics.attempts.labels(track=upstream.track, code=attempt).inc()
             if upstream.streamed:
-                self._record(upstream.track, code, received_at, ttft, gaps)
+                self._record(upstream.track, code, upstream.started, ttft, gaps)
             else:
-                self._record(upstream.track, code, received_at)
+                self._record(upstream.track, code, upstream.started)
 
     def _record(
-        self, track: str, code: str, received_at: float, ttft: float | None = None, gaps: Sequence[float] = ()
+        self, track: str, code: str, since: float, ttft: float | None = None, gaps: Sequence[float] = ()
     ) -> None:
+        """The outcome the client saw; latency from `since`, the start of the committed attempt."""
         self.metrics.requests.labels(track=track, code=code).inc()
-        self.metrics.e2e.labels(track=track).observe(time.perf_counter() - received_at)
+        self.metrics.e2e.labels(track=track).observe(time.perf_counter() - since)
         if ttft is not None:
             self.metrics.ttft.labels(track=track).observe(ttft)
         itl = self.metrics.itl.labels(track=track)
@@ -245,12 +277,13 @@ class Router:
             del self.in_flight[endpoint]  # pods come and go; keep no entry per pod IP ever seen
 
     async def ready(self, request: Request) -> Response:
+        headers = {COMPONENT_HEADER: "router"}
         if self.config.current.routable_weights():
-            return PlainTextResponse("ready")
-        return PlainTextResponse("no track has endpoints", status_code=503)
+            return PlainTextResponse("ready", headers=headers)
+        return PlainTextResponse("no track has endpoints", status_code=503, headers=headers)
 
     async def health(self, request: Request) -> Response:
-        return PlainTextResponse("ok")
+        return PlainTextResponse("ok", headers={COMPONENT_HEADER: "router"})
 
     async def metrics_page(self, request: Request) -> Response:
         return Response(self.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -266,8 +299,9 @@ def create_app(
     *,
     probe_interval_s: float = 1.0,
     config_poll_s: float = 1.0,
-    max_attempts: int = 3,
+    max_attempts: int = 2,
     connect_timeout_s: float = 2.0,
+    retry_budget: RetryBudget | None = None,
 ) -> Starlette:
     """The router app; raises ConfigError when the configuration file is missing or malformed."""
     config = ConfigFile(config_source) if isinstance(config_source, Path) else config_source
@@ -279,7 +313,7 @@ def create_app(
         trust_env=False,  # an HTTP(S)_PROXY meant for egress must not catch pod-to-pod traffic
     )
     probe = LoadProbe(client, probe_interval_s)
-    router = Router(config, client, probe, max_attempts)
+    router = Router(config, client, probe, max_attempts, retry_budget)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -12,6 +12,7 @@ import uvicorn
 from kubeinfer_runtime.router.app import create_app
 from kubeinfer_runtime.router.config import ConfigError
 from kubeinfer_runtime.router.configmap_source import ConfigMapSource, parse_reference
+from kubeinfer_runtime.router.retry_budget import RetryBudget
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -34,12 +35,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--config-poll-interval", type=float, default=1.0, help="seconds between config checks"
     )
-    parser.add_argument("--max-attempts", type=int, default=3, help="replicas tried per request before 502")
+    parser.add_argument(
+        "--max-attempts", type=int, default=2, help="replicas tried per request (1 = never retry)"
+    )
+    parser.add_argument(
+        "--retry-budget-ratio",
+        type=float,
+        default=0.1,
+        help="retries allowed as a share of the requests of the last --retry-budget-window seconds",
+    )
+    parser.add_argument(
+        "--retry-budget-floor", type=int, default=3, help="retries allowed per window whatever the traffic"
+    )
+    parser.add_argument("--retry-budget-window", type=float, default=10.0, help="seconds")
     parser.add_argument("--connect-timeout", type=float, default=2.0, help="seconds to connect to a replica")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = parser.parse_args(argv)
     if args.max_attempts < 1:
         parser.error("--max-attempts: must be at least 1")
+    if not 0 <= args.retry_budget_ratio <= 1 or args.retry_budget_floor < 0 or args.retry_budget_window <= 0:
+        parser.error("--retry-budget-ratio must be within 0..1, the floor >= 0 and the window > 0")
     if args.probe_interval <= 0 or args.config_poll_interval <= 0:
         parser.error("--probe-interval and --config-poll-interval: must be positive")
     return args
@@ -58,6 +73,9 @@ def main(argv: list[str]) -> int:
             config_poll_s=args.config_poll_interval,
             max_attempts=args.max_attempts,
             connect_timeout_s=args.connect_timeout,
+            retry_budget=RetryBudget(
+                args.retry_budget_ratio, args.retry_budget_floor, args.retry_budget_window
+            ),
         )
     except ConfigError as exc:
         print(f"kubeinfer-runtime route: {exc}", file=sys.stderr)

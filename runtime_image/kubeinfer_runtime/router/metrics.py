@@ -1,8 +1,14 @@
 """The router's own per-track metrics: the canary analysis reads requests, errors, TTFT and E2E from here.
 
-`code` is the status the router attributes to the request: the backend's status, 502 when no replica
+`kubeinfer_router_requests_total{track, code}` is what the client got; `code` is the status the router
+attributes to the request: the backend's status, 502 when no replica
 answered or a stream was cut after it started (the client saw 200 headers but a truncated body), 499 when
-the client went away, 503 when no track had endpoints.
+the client went away, 503 when no track had endpoints. `kubeinfer_router_upstream_attempts_total{track, code}`
+counts every attempt at a replica under that replica's track, retried or not (code `transport` when no
+HTTP answer came or a stream was cut): the canary analysis reads error rates from it. Retries are counted
+by the track whose attempt failed, and retries the budget refused separately.
+Latency is measured from the start of the attempt that served the request, so a retry's wait on a failed
+canary replica is not charged to the stable replica that answered.
 
 The router sees SSE chunks, not tokens: TTFT is the time to the first body chunk of a streamed response
 and inter-token latency the gap between chunks. Servers flush one event per token, so this matches
@@ -26,6 +32,24 @@ class RouterMetrics:
             "kubeinfer_router_requests",
             "Requests the router finished, by track and status code.",
             ["track", "code"],
+            registry=self.registry,
+        )
+        self.attempts = Counter(
+            "kubeinfer_router_upstream_attempts",
+            "Attempts sent to replicas, by the replica's track and the outcome (HTTP status, or transport).",
+            ["track", "code"],
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "kubeinfer_router_retries",
+            "Failed attempts retried on another replica, by the failed attempt's track and outcome.",
+            ["track", "reason"],
+            registry=self.registry,
+        )
+        self.retries_denied = Counter(
+            "kubeinfer_router_retries_denied",
+            "Failed attempts not retried because the retry budget was spent, by track.",
+            ["track"],
             registry=self.registry,
         )
         self.ttft = Histogram(

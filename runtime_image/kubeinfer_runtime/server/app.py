@@ -158,7 +158,10 @@ def create_app(runtime: RuntimeState) -> FastAPI:
     @app.get("/ready")
     async def ready() -> JSONResponse:
         body = {"ready": runtime.ready(), "engine": runtime.engine.state, "draining": runtime.draining}
-        return JSONResponse(body, 200 if runtime.ready() else 503)
+        # Which component answered: the operator's probe through the Service URL reads it (the router
+        # answers "router"), to know a change of serving path has reached the cluster's proxies.
+        headers = {"x-kubeinfer-component": "runtime"}
+        return JSONResponse(body, 200 if runtime.ready() else 503, headers=headers)
 
     @app.get("/metrics")
     async def metrics() -> Response:
