@@ -304,3 +304,32 @@ def test_decision_record_is_what_status_keeps() -> None:
         "time": 1234.5,
     }
     assert json.loads(json.dumps(record)) == record
+
+
+@pytest.mark.parametrize(
+    ("signals", "replicas", "expected"),
+    [
+        ({QUEUE_TIME: 0.75}, 4, ("queueTimeP95", "750ms", "500ms")),  # seconds against seconds
+        ({OLDEST_WAIT: 1.5}, 4, ("oldestWaitingAge", "1.5s", "1s")),
+        ({KV_USAGE: 0.75}, 4, ("kvCacheUsage", "0.75", "0.5")),  # a ratio against a ratio
+        ({WAITING: 12.0}, 4, ("waitingPerReplica", "3", "2")),  # requests per replica
+        ({KV_USAGE: 1.0}, 30, ("maxReplicas", "60", "40")),  # asked for 60 replicas, the range allows 40
+        ({KV_USAGE: 0.0, QUEUE_TIME: 0.0}, 1, ("minReplicas", "0", "1")),  # idle: asks for none
+    ],
+)
+def test_decision_records_put_each_signal_in_its_own_unit(
+    signals: dict[str, float], replicas: int, expected: tuple[str, str, str]
+) -> None:
+    decision, _ = decide(CONFIG, observe(replicas=replicas, **(QUIET | signals)), WATCHED)
+    record = decision_record(decision, CONFIG)
+    assert (record["signal"], record["value"], record["target"]) == expected, decision.reason
+
+
+def test_a_scale_down_held_at_min_replicas_is_recorded_in_replicas_not_in_the_signal_unit() -> None:
+    # 3 idle replicas, minReplicas 2: the signals ask for none, the range keeps 2. The record reads in
+    # replicas ("0" against "2"), never "0ms against 500ms" under the name minReplicas.
+    config = replace(CONFIG, min_replicas=2)
+    decision, _ = decide(config, observe(replicas=3, **QUIET | {QUEUE_TIME: 0.0, KV_USAGE: 0.0}), WATCHED)
+    record = decision_record(decision, config)
+    assert decision.desired == 2
+    assert (record["signal"], record["value"], record["target"]) == ("minReplicas", "0", "2")

@@ -176,6 +176,30 @@ def test_revision_is_stable_and_changes_exactly_when_the_pod_does() -> None:
     assert render_pod_template(OWNER, spec_of(scaled), SETTINGS).revision == first
 
 
+def test_a_new_model_revision_is_a_new_revision_for_every_source_type() -> None:
+    manifest = example("tiny-cpu.yaml")
+    sources = {
+        "hostPath": {"hostPath": {"path": "/models/tiny"}},
+        "pvc": {"pvc": {"claimName": "models", "path": "tiny"}},
+        "uri": {"uri": "hf://org/tiny"},
+    }
+    for kind, source in sources.items():
+        revisions = []
+        for model_revision in (None, "v1", "v2"):
+            model = {**manifest["spec"]["model"], "source": source}
+            if model_revision:
+                model["revision"] = model_revision
+            runtime = {**manifest["spec"]["runtime"]}
+            if kind == "uri":  # the builtin engine reads local files only
+                runtime |= {"engine": "vllm", "image": "vllm/vllm-openai:v0.11.0"}
+            obj = {**manifest, "spec": {**manifest["spec"], "model": model, "runtime": runtime}}
+            pod = render_pod_template(OWNER, spec_of(obj), SETTINGS)
+            revisions.append(pod.revision)
+            annotation = pod.template["metadata"]["annotations"].get("serving.kubeinfer.dev/model-revision")
+            assert annotation == model_revision, kind
+        assert len(set(revisions)) == 3, f"{kind}: {revisions}"
+
+
 def test_owned_objects_point_at_their_inference_service() -> None:
     spec = spec_of(example("tiny-cpu.yaml"))
     objects = [

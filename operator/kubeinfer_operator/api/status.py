@@ -80,12 +80,15 @@ class ScalingDecision(StatusModel):
     time: datetime
     """When it was made."""
     signal: str = Field(max_length=64)
-    """The signal that set the count, e.g. queueTime, kvCacheUsage, waitingPerReplica,
-    minReplicas, maxReplicas, replicas (pinned)."""
+    """The signal that set the count: queueTimeP95, oldestWaitingAge, kvCacheUsage,
+    waitingPerReplica, backlog, or minReplicas / maxReplicas when the range set it."""
     value: str = Field(max_length=64)
-    """The signal's value, e.g. 1.2s or 0.83."""
+    """The signal's value in its unit: a duration for queueTimeP95 and oldestWaitingAge (1.2s), a
+    0-1 ratio for kvCacheUsage (0.83), requests for waitingPerReplica and backlog, replicas for
+    minReplicas / maxReplicas (what the signals asked for)."""
     target: str = Field(max_length=64)
-    """The target it was compared with, e.g. 250ms or 0.7."""
+    """What the value was held to, in the same unit (250ms, 0.7, 4 requests, 3 replicas); for
+    backlog, the time the replicas have to clear it in."""
     from_replicas: int = Field(ge=0)
     """Desired replicas before."""
     to_replicas: int = Field(ge=0)

@@ -231,7 +231,8 @@ def status_signals(
 
 
 def decision_record(decision: Decision, config: ScalingConfig) -> dict[str, Any]:
-    """One status.scalingDecisions entry: the signal that asked for the most replicas, and why."""
+    """One status.scalingDecisions entry: the signal that set the count, its value and its target, each in
+    the signal's own unit (seconds for times, a ratio for KV usage, requests, replicas for the range)."""
     driver = decision.driver
     if driver is None:
         signal, value, target = "none", "", ""
@@ -240,11 +241,13 @@ def decision_record(decision: Decision, config: ScalingConfig) -> dict[str, Any]
     else:
         signal = STATUS_NAMES.get(driver.signal, driver.signal)
         value, target = _reading(driver.signal, driver.value), _reading(driver.signal, driver.target)
-    # The range set the count, not the signal: say so (the signal's wish stays in the reason).
-    if driver is not None and driver.proposal > decision.desired == config.max_replicas:
-        signal = "maxReplicas"
-    elif driver is not None and driver.proposal < decision.desired == config.min_replicas:
-        signal = "minReplicas"
+    # The range set the count, not the signal: the record is then in replicas, what the signals asked for
+    # against the bound (the signal's own reading stays in the reason).
+    asked = driver.proposal if driver is not None else decision.current
+    if asked > decision.desired == config.max_replicas:
+        signal, value, target = "maxReplicas", str(asked), str(config.max_replicas)
+    elif asked < decision.desired == config.min_replicas:
+        signal, value, target = "minReplicas", str(asked), str(config.min_replicas)
     return {
         "time": rfc3339(decision.time),
         "signal": signal,
