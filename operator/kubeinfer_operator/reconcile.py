@@ -36,11 +36,21 @@ from kubeinfer_operator.render import (
     render_deployment,
     render_pdb,
     render_pod_template,
-    render_service,
 )
 from kubeinfer_operator.rollout.state_machine import RolloutEvent
-from kubeinfer_operator.rollout_controller import Judge, plan_canary, prometheus_judge
-from kubeinfer_operator.router_render import router_labels
+from kubeinfer_operator.rollout_controller import Judge, plan_canary, prometheus_judge, ready_by_revision
+from kubeinfer_operator.router_render import render_front_service, router_labels, router_name
+from kubeinfer_operator.serving_path import (
+    Serving,
+    choose_path,
+    current_path,
+    desired_path,
+    desired_routing,
+    may_prune,
+    probe_needed,
+    routing_of,
+    url_answers,
+)
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.status import (
     Observation,
@@ -51,6 +61,7 @@ from kubeinfer_operator.status import (
     progressing_condition,
     ready_condition,
 )
+from kubeinfer_operator.url_probe import probe_url
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +76,14 @@ class Plan:
     events: tuple[RolloutEvent, ...] = ()  # the canary state machine's own events
     requeue_after: float | None = None  # seconds: a rollout in flight is looked at again on time
     prune: tuple[tuple[str, str, str], ...] = ()  # (kind, name, uid) of traffic objects no longer rendered
+    # Traffic objects of the previous routing kept until the URL answers from the new one.
+    held: tuple[tuple[str, str, str], ...] = ()
 
 
 # The router's objects and the Gateway split's, by the labels that find them: a change of strategy or of
 # trafficRouting leaves them behind, and the reconcile deletes what its plan no longer renders. Replica
 # Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
+SWITCH_POLL_S = 1.0  # how soon to look again while the URL does not answer from the path it should
 TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
 
 
@@ -142,6 +156,7 @@ def plan(
     settings: Settings,
     kv: tuple[dict[str, Any], Condition],
     now: str,
+    serving: Serving | None = None,
 ) -> Plan:
     meta = isvc["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
@@ -158,7 +173,7 @@ def plan(
     new_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == pod.revision]
     diagnosis = diagnose(new_pods, ask) or diagnose(pods, ask)
     url = service_url(owner.name, owner.namespace)
-    observed = Observation(desired, pod.revision, current, remaining, diagnosis, url)
+    observed = Observation(desired, pod.revision, current, remaining, diagnosis, url, serving)
 
     capacity, kv_condition = kv
     conditions = [
@@ -177,7 +192,13 @@ def plan(
             "stableRevision": _stable_revision(previous_stable, current, remaining, desired),
         },
     )
-    objects = (render_deployment(owner, spec, pod, desired), render_service(owner), render_pdb(owner))
+    # The Service stays on the router (a switch from Canary) until the replicas are Ready.
+    selects_router = serving is not None and serving.path.selected == "router"
+    objects = (
+        render_deployment(owner, spec, pod, desired),
+        render_front_service(owner, selects_router),
+        render_pdb(owner),
+    )
     return Plan(apply=objects, retire=retire, status=status, transitions=changed)
 
 
@@ -191,6 +212,7 @@ def plan_canary_rollout(
     now: str,
     judge: Judge,
     gateway_api_served: bool = True,
+    serving: Serving | None = None,
 ) -> Plan:
     """spec.rollout.strategy Canary: rollout_controller decides revisions, replicas and traffic; Ready,
     replica counts and pod diagnosis are read as for RollingUpdate."""
@@ -198,7 +220,10 @@ def plan_canary_rollout(
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
     pod = render_pod_template(owner, spec, settings)
     desired = desired_replicas(spec, isvc.get("status") or {})
-    canary = plan_canary(isvc, spec, pod, desired, deployments, pods, settings, judge, time.time(), now)
+    selects_router = None if serving is None else serving.path.selected == "router"
+    canary = plan_canary(
+        isvc, spec, pod, desired, deployments, pods, settings, judge, time.time(), now, selects_router
+    )
     # No HTTPRoute API to write the split into: say so rather than fail every reconcile.
     route_unserved = spec.rollout.gateway_api is not None and not gateway_api_served
     apply = tuple(obj for obj in canary.apply if not (route_unserved and obj["kind"] == "HTTPRoute"))
@@ -206,9 +231,8 @@ def plan_canary_rollout(
     current = next((v for v in views if v.revision == pod.revision), None)
     older = tuple(v for v in views if v.revision != pod.revision)
     ask = ResourceAsk(spec.runtime.resources.gpus, spec.runtime.resources.gpu_resource)
-    observed = Observation(
-        desired, pod.revision, current, older, diagnose(pods, ask), service_url(owner.name, owner.namespace)
-    )
+    url = service_url(owner.name, owner.namespace)
+    observed = Observation(desired, pod.revision, current, older, diagnose(pods, ask), url, serving)
     progressing, rollout_degraded = canary.conditions
     capacity, kv_condition = kv
     degraded = rollout_degraded if rollout_degraded.status == "True" else degraded_condition(observed)
@@ -253,6 +277,54 @@ def _owned_by(obj: dict[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid for ref in obj["metadata"].get("ownerReferences") or [])
 
 
+def _was_ready(isvc: dict[str, Any]) -> bool:
+    conditions = (isvc.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def observe_serving(
+    isvc: dict[str, Any],
+    spec: InferenceServiceSpec,
+    pods: list[dict[str, Any]],
+    traffic: dict[str, list[dict[str, Any]] | None],
+    settings: Settings,
+) -> tuple[Serving, bool, bool]:
+    """What the Service is to select, whether the URL answers (probed when that decides something), and
+    whether traffic objects of another routing may be deleted: (serving, foreign objects exist, may prune)."""
+    meta = isvc["metadata"]
+    name, uid = meta["name"], meta["uid"]
+
+    def owned(kind: str, object_name: str) -> dict[str, Any] | None:
+        return next(
+            (
+                o
+                for o in traffic.get(kind) or ()
+                if o["metadata"]["name"] == object_name and _owned_by(o, uid)
+            ),
+            None,
+        )
+
+    router = owned("Deployment", router_name(name))
+    ready = {
+        "router": ((router or {}).get("status") or {}).get("readyReplicas") or 0,
+        "replicas": sum(ready_by_revision(pods).values()),
+    }
+    path = choose_path(current_path(owned("Service", name)), desired_path(spec), ready)
+    routing = desired_routing(spec)
+    foreign = any(
+        routing_of(kind, obj["metadata"]["name"], name) not in (None, routing)
+        for kind, objects in traffic.items()
+        for obj in objects or ()
+        if _owned_by(obj, uid)
+    )
+    probing = settings.probe_service_url
+    probe = None
+    if probe_needed(path, _was_ready(isvc), foreign, probing):
+        probe = probe_url(service_url(name, meta["namespace"]))
+    serving = Serving(path, url_answers(path, probe, probing), probe.error if probe else None)
+    return serving, foreign, may_prune(path, probe, probing)
+
+
 def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Plan:
     meta = isvc["metadata"]
     now = now_rfc3339()
@@ -268,13 +340,31 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         kind: kube.list_if_served(kind, meta["namespace"], traffic_selector(kind, meta["name"]))
         for kind in TRAFFIC_KINDS
     }
+    serving, foreign, prunable = observe_serving(isvc, spec, pods, traffic, settings)
     if spec.rollout.strategy == "Canary":
         judge = prometheus_judge(settings, spec, meta["namespace"], meta["name"])
         served = traffic["HTTPRoute"] is not None
-        planned = plan_canary_rollout(isvc, spec, deployments, pods, settings, kv, now, judge, served)
+        planned = plan_canary_rollout(
+            isvc, spec, deployments, pods, settings, kv, now, judge, served, serving
+        )
     else:
-        planned = plan(isvc, spec, deployments, pods, settings, kv, now)
-    return replace(planned, prune=stale_objects(traffic, planned.apply, meta["uid"]))
+        planned = plan(isvc, spec, deployments, pods, settings, kv, now, serving)
+    stale = stale_objects(traffic, planned.apply, meta["uid"])
+    routing = desired_routing(spec)
+    held = (
+        ()
+        if prunable
+        else tuple(s for s in stale if routing_of(s[0], s[1], meta["name"]) not in (None, routing))
+    )
+    requeue = planned.requeue_after
+    if held or (foreign and not prunable) or (serving.path.ready_pods and not serving.answers):
+        requeue = min(requeue or SWITCH_POLL_S, SWITCH_POLL_S)  # kube-proxy's sync is no event we see
+    prune = tuple(s for s in stale if s not in held)
+    return replace(planned, prune=prune, held=held, requeue_after=requeue)
+
+
+def meta_key(meta: dict[str, Any]) -> tuple[str, str]:
+    return meta["namespace"], meta["name"]
 
 
 def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
@@ -286,6 +376,8 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     for view in plan.retire:
         log.info("retiring revision %s of %s/%s", view.revision, meta["namespace"], meta["name"])
         kube.delete("Deployment", meta["namespace"], view.name, view.uid)
+    for kind, _, _ in plan.held:
+        log.info("keeping the %s of %s/%s until its URL answers from the new routing", kind, *meta_key(meta))
     for kind, name, uid in plan.prune:
         log.info("deleting %s %s/%s: the spec no longer routes through it", kind, meta["namespace"], name)
         kube.delete(kind, meta["namespace"], name, uid)

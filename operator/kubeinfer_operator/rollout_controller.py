@@ -25,12 +25,12 @@ from kubeinfer_operator.api.status import MAX_DECISIONS
 from kubeinfer_operator.conditions import Condition
 from kubeinfer_operator.gateway_render import render_gateway_split
 from kubeinfer_operator.names import HTTP_PORT, LABEL_REVISION, LABEL_TRACK
-from kubeinfer_operator.render import Owner, PodTemplate, render_deployment, render_pdb, render_service
+from kubeinfer_operator.render import Owner, PodTemplate, render_deployment, render_pdb
 from kubeinfer_operator.rollout import state_machine as machine
 from kubeinfer_operator.rollout.analysis import LatencyObjective, Outcome, SLOTargets, Verdict, analyse
 from kubeinfer_operator.rollout.queries import measurement, track_queries
 from kubeinfer_operator.rollout.traffic import router_config
-from kubeinfer_operator.router_render import render_router
+from kubeinfer_operator.router_render import render_front_service, render_router
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.status import RevisionView
 
@@ -153,8 +153,12 @@ def plan_canary(
     judge: Judge,
     now: float,
     now_text: str,
+    front_selects_router: bool | None = None,
 ) -> CanaryPlan:
-    """Pure but for `judge` (the analysis, run only when the machine says one is due)."""
+    """Pure but for `judge` (the analysis, run only when the machine says one is due).
+
+    `front_selects_router`: what the Service behind status.url selects (serving_path.py decides; by
+    default the router exactly when it routes)."""
     meta, status = isvc["metadata"], isvc.get("status") or {}
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])
     views = [RevisionView.of(d) for d in deployments]
@@ -192,10 +196,7 @@ def plan_canary(
         revisions = {"stable": new.stable_revision, "canary": new.canary_revision}
         ready_by_track = {track: ready.get(rev, 0) for track, rev in revisions.items() if rev is not None}
         # The Service keeps selecting every replica: in-cluster clients that bypass the Gateway still land.
-        apply += [
-            *render_gateway_split(owner, gateway, revisions, ready_by_track, new.canary_weight),
-            render_service(owner),
-        ]
+        apply += render_gateway_split(owner, gateway, revisions, ready_by_track, new.canary_weight)
     else:
         config = router_config(
             new.canary_weight,
@@ -203,7 +204,8 @@ def plan_canary(
             ready_endpoints(pods, new.canary_revision),
         )
         apply += render_router(owner, settings, config)
-    apply.append(render_pdb(owner))
+    routed = gateway is None if front_selects_router is None else front_selects_router
+    apply += [render_front_service(owner, routed), render_pdb(owner)]
 
     fields = {
         "stableRevision": new.stable_revision,

@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from kubeinfer_operator.names import FIELD_MANAGER, LABEL_APP, LABEL_ISVC, LABEL_MANAGED_BY, SERVICE_PORT
-from kubeinfer_operator.render import PRE_STOP_SECONDS, Owner, _render
+from kubeinfer_operator.render import PRE_STOP_SECONDS, Owner, _render, render_service
 from kubeinfer_operator.settings import Settings
 
 ROUTER_APP = "kubeinfer-router"
@@ -34,7 +34,8 @@ def router_labels(isvc: str) -> dict[str, str]:
 
 
 def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> list[dict[str, Any]]:
-    """Everything the router needs, in the order to apply it (access before the pods that use it)."""
+    """Everything the router needs, in the order to apply it (access before the pods that use it); the
+    Service in front of it is render_router_service's."""
     name, labels = router_name(owner.name), router_labels(owner.name)
     common = {
         "name": name,
@@ -62,7 +63,13 @@ def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> l
         grace_seconds=ROUTER_GRACE_SECONDS,
         pre_stop_seconds=PRE_STOP_SECONDS,
     )
-    service = _render(
+    return [*_render("router-access.yaml.j2", **common), config_map, deployment]
+
+
+def render_router_service(owner: Owner) -> dict[str, Any]:
+    """The InferenceService's Service while it routes through the router: it selects the router pods."""
+    labels = router_labels(owner.name)
+    return _render(
         "service.yaml.j2",
         name=owner.name,
         namespace=owner.namespace,
@@ -71,4 +78,8 @@ def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> l
         selector=labels,
         service_port=SERVICE_PORT,
     )
-    return [*_render("router-access.yaml.j2", **common), config_map, deployment, service]
+
+
+def render_front_service(owner: Owner, selects_router: bool) -> dict[str, Any]:
+    """The Service behind status.url, selecting the router's pods or the replicas (serving_path.py)."""
+    return render_router_service(owner) if selects_router else render_service(owner)

@@ -27,6 +27,10 @@ class Settings:
     lease_namespace: str = "default"
     identity: str = ""
     workers: int = 4
+    probe_service_url: bool = False
+    """Probe each InferenceService's URL (its Service, through the cluster's proxies) before calling it
+    Ready and before deleting the objects of a routing it left. Needs the operator inside the cluster;
+    off, Ready pods behind the Service are taken as the URL answering."""
 
 
 def _flag(name: str, value: str) -> bool:
@@ -64,4 +68,9 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         # Unique per process: a restarted pod with the same name must not inherit the old lease.
         identity=f"{pod}_{uuid.uuid4().hex[:8]}",
         workers=workers,
+        # In a pod the cluster's Service addresses are reachable: probe there unless told not to.
+        probe_service_url=_flag(
+            "KUBEINFER_PROBE_SERVICE_URL",
+            env.get("KUBEINFER_PROBE_SERVICE_URL", "true" if env.get("KUBERNETES_SERVICE_HOST") else "false"),
+        ),
     )

@@ -8,9 +8,10 @@ from typing import Any
 from kubeinfer_operator.conditions import Condition
 from kubeinfer_operator.names import LABEL_REVISION
 from kubeinfer_operator.pod_diagnosis import Diagnosis
+from kubeinfer_operator.serving_path import Serving
 
 # Ready=False for these reasons is the normal way up, not a failure: their events are Normal.
-STARTING_REASONS = frozenset({"Creating", "Loading", "ScaledToZero"})
+STARTING_REASONS = frozenset({"Creating", "Loading", "ScaledToZero", "RouterStarting", "URLNotAnswering"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Observation:
     older: tuple[RevisionView, ...]
     diagnosis: Diagnosis | None
     url: str
+    serving: Serving | None = None  # None: taken as answering once a replica is Ready
 
     @property
     def ready(self) -> int:
@@ -77,8 +79,25 @@ def ready_condition(o: Observation) -> Condition:
             "ScaledToZero",
             "spec.replicas is 0, so no replica runs; remove it or raise it to serve.",
         )
-    if o.ready > 0:
+    serving = o.serving or Serving.of_replicas(o.ready)
+    if o.ready > 0 and serving.answers:
         return Condition("Ready", "True", "Serving", f"{o.ready}/{o.desired} replicas ready at {o.url}.")
+    if o.ready > 0 and serving.path.selected == "router" and serving.path.ready_pods == 0:
+        return Condition(
+            "Ready",
+            "False",
+            "RouterStarting",
+            f"{o.ready}/{o.desired} replicas ready; waiting for the router in front of them to be ready.",
+        )
+    if o.ready > 0:
+        why = f" ({serving.error})" if serving.error else ""
+        return Condition(
+            "Ready",
+            "False",
+            "URLNotAnswering",
+            f"{o.ready}/{o.desired} replicas ready, but {o.url} does not answer from the "
+            f"{serving.path.selected} yet{why}.",
+        )
     if o.diagnosis:
         return Condition("Ready", "False", o.diagnosis.reason, o.diagnosis.message)
     if o.current is None or o.replicas == 0:

@@ -7,19 +7,20 @@ import json
 from op_fixtures import OWNER
 
 from kubeinfer_operator.names import LABEL_ISVC, LABEL_TRACK
-from kubeinfer_operator.router_render import render_router
+from kubeinfer_operator.router_render import render_router, render_router_service
 from kubeinfer_operator.settings import Settings
 
 CONFIG = {"tracks": {"stable": {"weight": 90, "endpoints": ["http://10.0.0.1:8000"]}}}
 
 
 def _by_kind() -> dict[str, dict]:
-    return {o["kind"]: o for o in render_router(OWNER, Settings(runtime_image="img:1"), CONFIG)}
+    objects = [*render_router(OWNER, Settings(runtime_image="img:1"), CONFIG), render_router_service(OWNER)]
+    return {o["kind"]: o for o in objects}
 
 
 def test_access_objects_come_before_the_pods_that_use_them() -> None:
     kinds = [o["kind"] for o in render_router(OWNER, Settings(), CONFIG)]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment", "Service"]
+    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment"]
 
 
 def test_the_router_may_read_only_its_own_config_map() -> None:

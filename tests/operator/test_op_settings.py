@@ -42,3 +42,14 @@ def test_two_processes_of_one_pod_never_share_an_identity() -> None:
 def test_bad_values_name_their_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ValueError, match=named):
         load_settings(env)
+
+
+def test_the_url_probe_is_on_in_a_pod_and_off_outside_unless_set() -> None:
+    assert load_settings({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}).probe_service_url is True
+    assert load_settings({}).probe_service_url is False  # a developer's `kopf run` cannot reach Services
+    assert (
+        load_settings(
+            {"KUBERNETES_SERVICE_HOST": "x", "KUBEINFER_PROBE_SERVICE_URL": "false"}
+        ).probe_service_url
+        is False
+    )
