@@ -1,9 +1,11 @@
 """Canary rollouts on the local cluster: the chart's operator, real runtime pods, the per-service router
 and real Prometheus judging canary against stable while this test sends load through the router.
 
-One InferenceService goes through four rollouts in order (each starts from what the previous left):
-a good revision is promoted step by step; a slow one is rolled back on analysis; one that cannot load
-is rolled back at the progress deadline; and a good one survives the operator being killed mid-step.
+One InferenceService goes through these rollouts in order (each starts from what the previous left):
+a new model revision (nothing else changed) is promoted step by step; a slow one is rolled back on
+analysis; one that cannot load is rolled back at the progress deadline; a good one survives the operator
+being killed mid-step; one answering 500 to more requests than the SLO's error rate allows is rolled back
+however many of its failures the router's retries hid; one failing well within it is promoted.
 """
 
 from __future__ import annotations
@@ -60,14 +62,21 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), {})
 
 
-def manifest(revision_marker: str, faults: dict[str, Any] | None = None) -> dict[str, Any]:
+def manifest(
+    revision_marker: str,
+    faults: dict[str, Any] | None = None,
+    model_revision: str | None = None,
+    slo: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The tiny example under Canary; `revision_marker` (an env var) makes each rollout a new revision."""
     obj = yaml.safe_load(TINY_EXAMPLE.read_text())
     obj["metadata"] = {"name": NAME, "namespace": NAMESPACE}
     spec = obj["spec"]
     spec["replicas"] = 1
     spec.pop("scaling", None)
-    spec["slo"] = SLO
+    spec["slo"] = slo or SLO
+    if model_revision:
+        spec["model"]["revision"] = model_revision
     spec["runtime"]["env"] = [{"name": "E2E_REVISION", "value": revision_marker}]
     if faults:
         spec["runtime"]["faults"] = faults
@@ -171,18 +180,21 @@ def operator(cluster: Any) -> Iterator[Any]:
     with operator_release(
         cluster, release=RELEASE, operator_namespace=OPERATOR_NAMESPACE, namespace=NAMESPACE, values=values
     ):
-        apply(cluster, manifest("1"))
+        apply(cluster, manifest("1", model_revision="v1"))
+        # Ready means the URL answers: a request sent the moment the wait returns goes through the router.
+        cluster.kubectl("wait", "--for=condition=Ready", f"infsvc/{NAME}", "-n", NAMESPACE, "--timeout=180s")
+        ip = cluster.kubectl("get", "service", NAME, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}")
+        first = httpx.post(f"http://{ip.stdout.strip()}:80/v1/completions", json=REQUEST, timeout=60)
+        assert first.status_code == 200 and first.headers[TRACK_HEADER] == "stable", first.text
 
-        def serving_through_router() -> bool:
-            current = isvc(cluster)
-            ready = condition(current, "Ready").get("status") == "True"
+        def both_routers_ready() -> bool:
             ready_routers = "jsonpath={.status.readyReplicas}"
             router = cluster.kubectl(
                 "get", "deployment", f"{NAME}-router", "-n", NAMESPACE, "-o", ready_routers, check=False
             )
-            return ready and router.stdout.strip() == "2"
+            return router.stdout.strip() == "2"
 
-        wait_for("the first revision to serve through its router", serving_through_router, timeout=180)
+        wait_for("both router pods to be ready", both_routers_ready, timeout=60)
         yield cluster
 
 
@@ -211,9 +223,10 @@ def within_sampling_error(samples: list[Sample], weight: int) -> tuple[float, fl
     return share, 3 * math.sqrt(p * (1 - p) / len(samples)) + 0.02
 
 
-def test_a_good_revision_goes_through_every_step_to_promoted(operator: Any, load: Load) -> None:
+def test_a_new_model_revision_goes_through_every_step_to_promoted(operator: Any, load: Load) -> None:
     began = time.monotonic()
-    old, new = start_rollout(operator, manifest("2"))
+    # Only spec.model.revision changes (hostPath weights): that alone is a new revision to roll out.
+    old, new = start_rollout(operator, manifest("1", model_revision="v2"))
     done = wait_phase(operator, {"Promoted", "RolledBack"}, timeout=180)
     assert done["rolloutPhase"] == "Promoted", done.get("rollout")
     assert done["stableRevision"] == new and not done.get("canaryRevision")
@@ -319,3 +332,47 @@ def test_the_rollout_resumes_at_the_same_step_after_the_operator_is_killed(opera
 
 def _epoch(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def rolled_back_at(load: Load) -> float:
+    """When status first showed the rollback (canary weight back to 0)."""
+    return next(t for t, weight, phase in load.weights if phase == "RolledBack" and weight == 0)
+
+
+def test_a_canary_failing_above_the_error_budget_is_rolled_back_whatever_retries_hid(
+    operator: Any, load: Load
+) -> None:
+    # 40% of the canary's requests fail against a 5% SLO; the router retries some of them onto stable
+    # (its budget: 10% of requests), so clients see fewer failures than the canary makes.
+    _, bad = start_rollout(operator, manifest("6", {"errorRate": 0.4}))
+    done = wait_phase(operator, {"RolledBack", "Promoted"}, timeout=120)
+    assert done["rolloutPhase"] == "RolledBack", done.get("rollout")
+    assert done["rollout"]["rolledBackRevision"] == bad
+    degraded = condition(isvc(operator), "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "AnalysisFailed"
+    message = degraded["message"]
+    assert "error_rate breaks the SLO" in message and "SLO 5.00%" in message, message
+    assert "canary " in message and "stable 0.00%" in message, message
+    print(f"\nDegraded: {message}")
+    assert runtime_deployments(operator) == {done["stableRevision"]: 1}
+    time.sleep(SETTLE_S + 1)
+    load.stop.set()
+    back = rolled_back_at(load)
+    failed = [s for s in load.samples if s.code != 200]
+    canary = [s for s in load.samples if s.track == "canary"]
+    print(f"\n{len(load.samples)} requests, {len(canary)} answered by the canary, {len(failed)} failed")
+    # Stable kept serving; a client saw an error only from the canary's share, and only until rollback.
+    assert all(s.code == 200 for s in load.samples if s.track == "stable")
+    assert all(s.track == "canary" and s.code == 500 for s in failed), failed[:5]
+    assert all(s.sent < back + SETTLE_S for s in failed), (back, [s.sent for s in failed])
+
+
+def test_a_canary_failing_within_the_error_budget_is_promoted(operator: Any, load: Load) -> None:
+    # 2% of its requests fail against a 20% SLO: far inside the budget, and under half of it, so the
+    # comparison with an error-free stable does not count it as a regression either.
+    slo = {**SLO, "errorRate": 0.2}
+    _, new = start_rollout(operator, manifest("7", {"errorRate": 0.02}, slo=slo))
+    done = wait_phase(operator, {"Promoted", "RolledBack"}, timeout=180)
+    assert done["rolloutPhase"] == "Promoted" and done["stableRevision"] == new, done.get("rollout")
+    load.stop.set()
+    assert all(s.code == 200 for s in load.samples if s.track == "stable")

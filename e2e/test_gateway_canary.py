@@ -91,6 +91,37 @@ def answer_through(cluster: Any, service: str) -> str:
     return response.json()["choices"][0]["text"]
 
 
+class SteadyLoad:
+    """One client sending completions back to back to a Service's cluster IP until stopped (or 10 min),
+    recording every failure: a refused connection counts like an error status."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.sent, self.failures = url, 0, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + 600
+        with httpx.Client(timeout=30, trust_env=False) as client:
+            while not self.stop.is_set() and time.monotonic() < deadline:
+                self.sent += 1
+                try:
+                    response = client.post(f"{self.url}/v1/completions", json=REQUEST)
+                    if response.status_code != 200:
+                        self.failures.append(f"HTTP {response.status_code}: {response.text[:200]}")
+                except httpx.HTTPError as error:
+                    self.failures.append(repr(error))
+                time.sleep(0.05)
+
+    def __enter__(self) -> SteadyLoad:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+
 def remove_httproute_crd(cluster: Any) -> None:
     cluster.kubectl("delete", "crd", HTTPROUTE_CRD, "--ignore-not-found", "--wait=true")
 
@@ -176,20 +207,40 @@ def test_the_canary_weights_reach_the_httproute_and_routing_changes_clean_up(
     assert selected_revision(cluster, "chat-stable") == second
     wait_for("the canary Service to go", lambda: found(cluster, "service", "chat-canary") is None, timeout=30)
 
-    # Gateway -> the router: the route and track Services go, the router comes.
-    apply(cluster, manifest("2", routing="router"))
-    wait_for("the router", lambda: found(cluster, "deployment", f"{NAME}-router"), timeout=30)
-    wait_for("the HTTPRoute to go", lambda: found(cluster, "httproute", NAME) is None, timeout=30)
-    assert found(cluster, "service", "chat-stable") is None
+    # The routing changes under steady load through the service's own URL: Gateway -> router ->
+    # RollingUpdate -> router. Each old path goes only once the new one answers: nothing is refused.
+    ip = (found(cluster, "service", NAME) or {})["spec"]["clusterIP"]
+    with SteadyLoad(f"http://{ip}:80") as load:
+        # Gateway -> the router: the route and track Services go, the router comes.
+        apply(cluster, manifest("2", routing="router"))
+        wait_for("the router", lambda: found(cluster, "deployment", f"{NAME}-router"), timeout=30)
+        wait_for("the HTTPRoute to go", lambda: found(cluster, "httproute", NAME) is None, timeout=90)
+        assert found(cluster, "service", "chat-stable") is None
+        assert (found(cluster, "service", NAME) or {})["spec"]["selector"]["app.kubernetes.io/name"] == (
+            "kubeinfer-router"
+        )
 
-    # Canary -> RollingUpdate: every router object goes; the Service selects the replicas again.
-    apply(cluster, manifest("2", routing="rolling"))
-    router_kinds = ("deployment", "configmap", "serviceaccount", "role", "rolebinding")
-    wait_for(
-        "the router's objects to go",
-        lambda: all(found(cluster, kind, f"{NAME}-router") is None for kind in router_kinds),
-        timeout=60,
-    )
-    selector = (found(cluster, "service", NAME) or {})["spec"]["selector"]
-    assert selector == {"app.kubernetes.io/name": "kubeinfer-runtime", f"{GROUP}/inferenceservice": NAME}
-    wait_for("an answer through the Service", lambda: answer_through(cluster, NAME), timeout=60)
+        # Canary -> RollingUpdate: every router object goes; the Service selects the replicas again.
+        apply(cluster, manifest("2", routing="rolling"))
+        router_kinds = ("deployment", "configmap", "serviceaccount", "role", "rolebinding")
+        wait_for(
+            "the router's objects to go",
+            lambda: all(found(cluster, kind, f"{NAME}-router") is None for kind in router_kinds),
+            timeout=90,
+        )
+        selector = (found(cluster, "service", NAME) or {})["spec"]["selector"]
+        assert selector == {"app.kubernetes.io/name": "kubeinfer-runtime", f"{GROUP}/inferenceservice": NAME}
+
+        # ... and back to the router.
+        apply(cluster, manifest("2", routing="router"))
+        wait_for(
+            "the Service to select the router again",
+            lambda: (
+                (found(cluster, "service", NAME) or {})["spec"]["selector"].get("app.kubernetes.io/name")
+                == "kubeinfer-router"
+            ),
+            timeout=90,
+        )
+        time.sleep(5)  # requests keep flowing past the switch
+    print(f"\n{load.sent} requests through the switches, {len(load.failures)} failed")
+    assert load.sent >= 20 and load.failures == [], load.failures[:5]

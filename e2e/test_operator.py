@@ -214,6 +214,53 @@ def test_a_spec_change_rolls_out_a_new_revision(operator: Any, tiny: dict[str, A
     assert "RollingOut" in {e["reason"] for e in events}
 
 
+def cluster_ip_url(cluster: Any, name: str) -> str:
+    ip = cluster.kubectl("get", "service", name, "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}").stdout
+    return f"http://{ip.strip()}:80"
+
+
+def test_a_model_revision_change_alone_rolls_out_a_new_revision(operator: Any, tiny: dict[str, Any]) -> None:
+    # hostPath weights: nothing of the pod but the revision annotation says which version they are.
+    first = get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"]["stableRevision"]
+    patch = '{"spec":{"model":{"revision":"v2"}}}'
+    operator.kubectl("patch", "infsvc", "tiny", "-n", NAMESPACE, "--type=merge", "-p", patch)
+
+    def rolled_out() -> str | None:
+        isvc = get(operator, "infsvc", "tiny", "-n", NAMESPACE)
+        status = isvc["status"]
+        done = (
+            status.get("observedGeneration") == isvc["metadata"]["generation"]
+            and status.get("stableRevision") not in (None, first)
+            and condition(isvc, "Progressing").get("reason") == "Complete"
+        )
+        return status["stableRevision"] if done else None
+
+    second = wait_for("the model revision to roll out", rolled_out, timeout=120)
+    (deployment,) = owned(operator, "deployments", "tiny")
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert deployment["metadata"]["name"] == f"tiny-{second}"
+    assert annotations["serving.kubeinfer.dev/model-revision"] == "v2"
+
+
+def test_the_url_answers_the_moment_ready_is_reported(operator: Any) -> None:
+    """`kubectl wait --for=condition=Ready` returns only once a request to the Service is answered:
+    a request sent right then succeeds, on every try (each a new service, so Ready goes False -> True)."""
+    request = {"model": "tiny", "prompt": "Hello", "max_tokens": 2}
+    for attempt in range(3):
+        name = f"ready-{attempt}"
+        apply(operator, manifest(name, scaling__maxReplicas=1))
+        try:
+            operator.kubectl(
+                "wait", "--for=condition=Ready", f"infsvc/{name}", "-n", NAMESPACE, "--timeout=180s"
+            )
+            response = httpx.post(
+                f"{cluster_ip_url(operator, name)}/v1/completions", json=request, timeout=30
+            )
+            assert response.status_code == 200, (attempt, response.text)
+        finally:
+            operator.kubectl("delete", "infsvc", name, "-n", NAMESPACE, "--wait=false")
+
+
 def test_more_gpus_than_any_node_has_is_explained(operator: Any) -> None:
     greedy = manifest(
         "greedy",
