@@ -84,11 +84,20 @@ def selected_revision(cluster: Any, service: str) -> str | None:
 
 
 def answer_through(cluster: Any, service: str) -> str:
-    """A completion through the Service's cluster IP (kube-proxy to a replica it selects)."""
-    ip = (found(cluster, "service", service) or {})["spec"]["clusterIP"]
-    response = httpx.post(f"http://{ip}:80/v1/completions", json=REQUEST, timeout=60, trust_env=False)
-    assert response.status_code == 200, response.text
-    return response.json()["choices"][0]["text"]
+    """A completion through the Service's cluster IP (kube-proxy to a replica it selects). A Service just
+    created is programmed into kube-proxy's rules within a second or so: a refused connection is retried
+    for a while; an error status is not."""
+
+    def attempt() -> str | None:
+        ip = (found(cluster, "service", service) or {})["spec"]["clusterIP"]
+        try:
+            response = httpx.post(f"http://{ip}:80/v1/completions", json=REQUEST, timeout=60, trust_env=False)
+        except httpx.TransportError:
+            return None
+        assert response.status_code == 200, response.text
+        return response.json()["choices"][0]["text"]
+
+    return wait_for(f"an answer through Service {service}", attempt, timeout=30)
 
 
 class SteadyLoad:

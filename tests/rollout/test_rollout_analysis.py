@@ -68,6 +68,16 @@ def test_error_rate_over_target_fails() -> None:
     assert "canary 5.00%" in verdict.message and "SLO 1.00%" in verdict.message
 
 
+def test_failed_attempts_count_even_when_the_router_retried_them_and_the_verdict_says_so() -> None:
+    # 120 of 500 canary attempts failed; the router retried 100 of them on stable, so clients saw only
+    # 20 errors. The canary is judged on its 120.
+    canary = TrackMeasurement(500, 120, {"ttft_p95": 0.2, "tpot_p95": 0.03}, retried=100)
+    verdict = analyse(canary, track(), SLO, min_requests=50)
+    assert (verdict.outcome, verdict.metric, verdict.canary) == (Outcome.FAIL, "error_rate", 0.24)
+    assert "canary 24.00%, stable 0.00%, SLO 1.00%" in verdict.message
+    assert "retried 100 of the canary's failed attempts" in verdict.message
+
+
 def test_regression_within_the_slo_fails_once_it_uses_half_the_budget() -> None:
     regressed = analyse(track(ttft=0.4), track(ttft=0.2), SLO, min_requests=50)
     assert (regressed.outcome, regressed.metric, regressed.reference) == (Outcome.FAIL, "ttft_p95", 0.2)
@@ -106,6 +116,7 @@ def test_track_queries_split_by_track_over_the_same_window() -> None:
         "requests": f"sum(increase(kubeinfer_router_upstream_attempts_total{{{selector}}}[300s]))",
         "errors": "sum(increase(kubeinfer_router_upstream_attempts_total"
         f'{{{selector},code=~"5..|429|transport"}}[300s]))',
+        "retried": f"sum(increase(kubeinfer_router_retries_total{{{selector}}}[300s]))",
         "ttft_p95": "histogram_quantile(0.95, sum by (le) "
         f"(increase(kubeinfer_router_time_to_first_token_seconds_bucket{{{selector}}}[300s])))",
         "tpot_p95": "histogram_quantile(0.95, sum by (le) "

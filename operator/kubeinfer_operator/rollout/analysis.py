@@ -64,6 +64,7 @@ class TrackMeasurement:
     errors: float
     latency: Mapping[str, float | None]
     replicas: int = 1  # serving the track during the window: load per replica = requests / replicas
+    retried: float = 0.0  # failed attempts the router retried elsewhere: hidden from clients, not from us
 
     @property
     def requests_per_replica(self) -> float:
@@ -162,9 +163,13 @@ def analyse(
     failed = [v for v in verdicts if v.outcome is Outcome.FAIL]
     if failed:
         first = failed[0]
-        return Verdict(
-            Outcome.FAIL, "; ".join(v.message for v in failed), first.metric, first.canary, first.reference
+        hidden = (
+            f"; the router retried {canary.retried:.0f} of the canary's failed attempts on other replicas"
+            if canary.retried
+            else ""
         )
+        message = "; ".join(v.message for v in failed) + hidden
+        return Verdict(Outcome.FAIL, message, first.metric, first.canary, first.reference)
     if verdicts:
         return Verdict(Outcome.INCONCLUSIVE, "; ".join(v.message for v in verdicts), verdicts[0].metric)
     summary = ", ".join(f"{m} {show(m, c)} (stable {show(m, s)})" for m, c, s, _ in checks)

@@ -25,6 +25,7 @@ from typing import Literal
 from kubeinfer_operator.rollout.analysis import LatencyMetric, SLOTargets, TrackMeasurement
 
 ROUTER_ATTEMPTS = "kubeinfer_router_upstream_attempts_total"
+ROUTER_RETRIES = "kubeinfer_router_retries_total"
 ROUTER_HISTOGRAMS: dict[LatencyMetric, str] = {
     "ttft": "kubeinfer_router_time_to_first_token_seconds",
     "e2e": "kubeinfer_router_e2e_request_latency_seconds",
@@ -71,6 +72,8 @@ def track_queries(
         "requests": f"sum(increase({requests}[{window}]))",
         "errors": f"sum(increase({errors}[{window}]))",
     }
+    if source == "router":  # failed attempts of this track that a retry hid from the client
+        queries["retried"] = f"sum(increase({ROUTER_RETRIES}{{{selector}}}[{window}]))"
     for objective in slo.latency:
         if objective.metric == "tpot":
             series = f"{tpot_metric}_bucket{{{replicas}}}"
@@ -95,4 +98,5 @@ def measurement(results: Mapping[str, float | None], slo: SLOTargets, replicas: 
         errors=value("errors") or 0.0,
         latency={o.key: value(o.key) for o in slo.latency},
         replicas=replicas,
+        retried=value("retried") or 0.0,
     )
