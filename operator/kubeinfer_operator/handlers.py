@@ -20,6 +20,8 @@ import kopf
 from kubeinfer_operator.autoscaler import Autoscaler
 from kubeinfer_operator.kube import Kube, load_client
 from kubeinfer_operator.leader import Leadership
+from kubeinfer_operator.metrics import RECONCILE_SECONDS, RECONCILES
+from kubeinfer_operator.metrics import serve as serve_metrics
 from kubeinfer_operator.names import GROUP, KIND, LABEL_ISVC, PLURAL, VERSION
 from kubeinfer_operator.reconcile import reconcile
 from kubeinfer_operator.settings import Settings, load_settings
@@ -45,7 +47,13 @@ class Operator:
         if self.leading():  # a standby drops work: the leader reconciles everything when elected
             if self.autoscaler is not None:  # its tick runs here, so it never races the reconcile
                 await self.autoscaler.tick_if_due(key)
-            again = await asyncio.to_thread(reconcile, self.kube, self.settings, *key)
+            outcome = "error"
+            try:
+                with RECONCILE_SECONDS.time():
+                    again = await asyncio.to_thread(reconcile, self.kube, self.settings, *key)
+                outcome = "ok"
+            finally:
+                RECONCILES.labels(outcome=outcome).inc()
             if again is not None:
                 asyncio.get_running_loop().call_later(again, self.queue.add, key)
 
@@ -91,6 +99,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
         operator.leadership = Leadership(config.lease_name, config.lease_namespace, config.identity, elected)
         operator.leadership.start()
+    serve_metrics(config.metrics_port)
     operator.tasks = [loop.create_task(operator.queue.worker()) for _ in range(config.workers)]
     operator.tasks.append(loop.create_task(operator.resync()))
     memo.operator = operator

@@ -11,6 +11,7 @@ from urllib.parse import urlencode
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from kubeinfer_operator.metrics import API_REQUESTS
 from kubeinfer_operator.names import FIELD_MANAGER, GROUP, PLURAL, VERSION
 
 # kind -> (API path prefix, plural); the kinds the operator reads or writes, nothing more.
@@ -52,10 +53,13 @@ class Kube:
         method: str,
         path: str,
         *,
+        verb: str,
+        kind: str,
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        API_REQUESTS.labels(verb=verb, kind=kind).inc()
         url = path + ("?" + urlencode(query) if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         method, full_url, headers, _, _ = self.api.param_serialize(
@@ -80,7 +84,7 @@ class Kube:
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            return self._request("GET", self._path(kind, namespace, name))
+            return self._request("GET", self._path(kind, namespace, name), verb="get", kind=kind)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -92,7 +96,7 @@ class Kube:
         prefix, plural = _PATHS[kind]
         path = self._path(kind, namespace) if namespace else f"{prefix}/{plural}"
         query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
-        return self._request("GET", path, query=query).get("items", [])
+        return self._request("GET", path, verb="list", kind=kind, query=query).get("items", [])
 
     def list_if_served(
         self, kind: str, namespace: str, labels: dict[str, str] | None = None
@@ -112,6 +116,8 @@ class Kube:
         return self._request(
             "PATCH",
             self._path(obj["kind"], meta["namespace"], meta["name"]),
+            verb="apply",
+            kind=obj["kind"],
             query={"fieldManager": FIELD_MANAGER, "force": "true"},
             body=obj,
             content_type="application/apply-patch+yaml",
@@ -121,7 +127,7 @@ class Kube:
         """Delete exactly the object observed (uid precondition): never a same-named successor."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
         try:
-            self._request("DELETE", self._path(kind, namespace, name), body=body)
+            self._request("DELETE", self._path(kind, namespace, name), verb="delete", kind=kind, body=body)
         except ApiException as error:
             if error.status not in (404, 409):
                 raise
@@ -132,6 +138,8 @@ class Kube:
         self._request(
             "PATCH",
             self._path(kind, namespace, name, "scale"),
+            verb="scale",
+            kind=kind,
             query={"fieldManager": FIELD_MANAGER},
             body={"spec": {"replicas": replicas}},
             content_type="application/merge-patch+json",
@@ -143,6 +151,8 @@ class Kube:
         self._request(
             "PATCH",
             self._path(kind, namespace, name, "status"),
+            verb="patch_status",
+            kind=kind,
             query={"fieldManager": FIELD_MANAGER},
             body={"status": status},
             content_type="application/merge-patch+json",
@@ -172,4 +182,4 @@ class Kube:
             "source": {"component": FIELD_MANAGER},
             "reportingComponent": FIELD_MANAGER,
         }
-        self._request("POST", self._path("Event", meta["namespace"]), body=event)
+        self._request("POST", self._path("Event", meta["namespace"]), verb="create", kind="Event", body=event)

@@ -27,6 +27,8 @@ class Settings:
     lease_namespace: str = "default"
     identity: str = ""
     workers: int = 4
+    metrics_port: int = 8081
+    """Port of the operator's own /metrics (metrics.py); 0 turns it off."""
     probe_service_url: bool = False
     """Probe each InferenceService's URL (its Service, through the cluster's proxies) before calling it
     Ready and before deleting the objects of a routing it left. Needs the operator inside the cluster;
@@ -51,8 +53,11 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     try:
         resync = float(env.get("KUBEINFER_RESYNC_SECONDS", defaults.resync_seconds))
         workers = int(env.get("KUBEINFER_WORKERS", defaults.workers))
+        metrics_port = int(env.get("KUBEINFER_METRICS_PORT", defaults.metrics_port))
     except ValueError as error:
-        raise ValueError(f"KUBEINFER_RESYNC_SECONDS / KUBEINFER_WORKERS: {error}") from None
+        raise ValueError(
+            f"KUBEINFER_RESYNC_SECONDS / KUBEINFER_WORKERS / KUBEINFER_METRICS_PORT: {error}"
+        ) from None
     if resync <= 0 or workers < 1:
         raise ValueError("KUBEINFER_RESYNC_SECONDS must be > 0 and KUBEINFER_WORKERS >= 1")
     pod = env.get("POD_NAME") or socket.gethostname()
@@ -68,6 +73,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         # Unique per process: a restarted pod with the same name must not inherit the old lease.
         identity=f"{pod}_{uuid.uuid4().hex[:8]}",
         workers=workers,
+        metrics_port=metrics_port,
         # In a pod the cluster's Service addresses are reachable: probe there unless told not to.
         probe_service_url=_flag(
             "KUBEINFER_PROBE_SERVICE_URL",
