@@ -1,5 +1,7 @@
-"""kopf wiring, and nothing else: watch events name an InferenceService, the work queue
-deduplicates them, and the Lease holder's workers reconcile (reconcile.py).
+"""kopf wiring, and nothing else: watch events feed the operator's object cache (cache.py) and name an
+InferenceService; the work queue deduplicates them, and the Lease holder's workers reconcile
+(reconcile.py) from the cache. An autoscaler timer only asks for a tick: the reconcile runs when an
+event (the tick's own status write among them), a resync or a requeue asks for it.
 
     kopf run -m kubeinfer_operator.handlers --standalone --all-namespaces
 
@@ -18,7 +20,8 @@ from typing import Any
 import kopf
 
 from kubeinfer_operator.autoscaler import Autoscaler
-from kubeinfer_operator.kube import Kube, load_client
+from kubeinfer_operator.cached_kube import CachedKube
+from kubeinfer_operator.kube import load_client
 from kubeinfer_operator.leader import Leadership
 from kubeinfer_operator.metrics import RECONCILE_SECONDS, RECONCILES
 from kubeinfer_operator.metrics import serve as serve_metrics
@@ -34,11 +37,17 @@ OWNED = {LABEL_ISVC: kopf.PRESENT}
 @dataclass
 class Operator:
     settings: Settings
-    kube: Kube
+    kube: CachedKube
     queue: WorkQueue
     leadership: Leadership | None  # None: leader election off (one replica, or development)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # referenced, so never collected
     autoscaler: Autoscaler | None = None
+    wanted: set[Key] = field(default_factory=set)  # keys an event asked to reconcile, not only to tick
+
+    def want(self, key: Key) -> None:
+        """Reconcile `key` (and tick it if due): for watch events, resyncs and requeues."""
+        self.wanted.add(key)
+        self.queue.add(key)
 
     def leading(self) -> bool:
         return self.leadership is None or self.leadership.leading.is_set()
@@ -47,6 +56,9 @@ class Operator:
         if self.leading():  # a standby drops work: the leader reconciles everything when elected
             if self.autoscaler is not None:  # its tick runs here, so it never races the reconcile
                 await self.autoscaler.tick_if_due(key)
+            if key not in self.wanted:
+                return  # only the autoscaler's timer: a status write of the tick comes back as an event
+            self.wanted.discard(key)  # before the reconcile: an event during it asks again
             outcome = "error"
             try:
                 with RECONCILE_SECONDS.time():
@@ -55,22 +67,24 @@ class Operator:
             finally:
                 RECONCILES.labels(outcome=outcome).inc()
             if again is not None:
-                asyncio.get_running_loop().call_later(again, self.queue.add, key)
+                asyncio.get_running_loop().call_later(again, self.want, key)
 
     async def enqueue_all(self) -> None:
         for namespace in self.settings.namespaces or (None,):
             for isvc in await asyncio.to_thread(self.kube.list, KIND, namespace):
-                self.queue.add((isvc["metadata"]["namespace"], isvc["metadata"]["name"]))
+                self.want((isvc["metadata"]["namespace"], isvc["metadata"]["name"]))
 
     async def resync(self) -> None:
-        """Level-triggered safety net: whatever a watch missed, the next pass repairs."""
+        """Level-triggered safety net: the cache is re-listed (a broken watch may have missed a deletion)
+        and every InferenceService reconciled."""
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
-            if self.leading():
-                try:
+            try:
+                await asyncio.to_thread(self.kube.resync, self.settings.namespaces)
+                if self.leading():
                     await self.enqueue_all()
-                except Exception:
-                    log.exception("resync listing failed; the next pass retries")
+            except Exception:
+                log.exception("resync listing failed; the next pass retries")
 
 
 @kopf.on.startup()
@@ -89,7 +103,9 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     # no need to watch CRDs and namespaces, nor the RBAC to do so.
     settings.scanning.disabled = True
     loop = asyncio.get_running_loop()
-    kube = Kube(load_client())
+    kube = CachedKube(load_client())
+    # Seeded before any reconcile: a half-filled cache would look like missing objects.
+    await asyncio.to_thread(kube.resync, config.namespaces)
     operator = Operator(config, kube, WorkQueue(lambda key: operator.process(key)), None)
     operator.autoscaler = Autoscaler(kube, config, operator.queue.add)
     if config.leader_election:
@@ -117,9 +133,21 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(operator.leadership.release)
 
 
+def _cache_event(operator: Operator, kind: str, event: kopf.RawEvent) -> None:
+    obj = event["object"]
+    meta = obj.get("metadata") or {}
+    if event["type"] == "DELETED":
+        operator.kube.cache.remove(kind, meta.get("namespace", ""), meta["name"], meta.get("resourceVersion"))
+    else:
+        operator.kube.cache.upsert(kind, obj)
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def inference_service_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    memo.operator.queue.add((namespace, name))
+async def inference_service_changed(
+    name: str, namespace: str, event: kopf.RawEvent, memo: kopf.Memo, **_: Any
+) -> None:
+    _cache_event(memo.operator, KIND, event)
+    memo.operator.want((namespace, name))
 
 
 def _owner(body: kopf.Body, labels: kopf.Labels) -> str:
@@ -133,7 +161,18 @@ def _owner(body: kopf.Body, labels: kopf.Labels) -> str:
 @kopf.on.event("v1", "services", labels=OWNED)
 @kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=OWNED)
 @kopf.on.event("v1", "pods", labels=OWNED)
+@kopf.on.event("v1", "configmaps", labels=OWNED)
+@kopf.on.event("v1", "serviceaccounts", labels=OWNED)
+@kopf.on.event("rbac.authorization.k8s.io", "v1", "roles", labels=OWNED)
+@kopf.on.event("rbac.authorization.k8s.io", "v1", "rolebindings", labels=OWNED)
 async def owned_object_changed(
-    body: kopf.Body, labels: kopf.Labels, namespace: str, memo: kopf.Memo, **_: Any
+    body: kopf.Body,
+    labels: kopf.Labels,
+    namespace: str,
+    event: kopf.RawEvent,
+    resource: kopf.Resource,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
-    memo.operator.queue.add((namespace, _owner(body, labels)))
+    _cache_event(memo.operator, resource.kind, event)
+    memo.operator.want((namespace, _owner(body, labels)))

@@ -90,18 +90,28 @@ class Kube:
                 return None
             raise
 
+    def list_with_version(
+        self, kind: str, namespace: str | None, labels: dict[str, str | None] | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """The items and the resourceVersion the list was read at. A label whose value is None selects
+        objects that carry the label at all."""
+        prefix, plural = _PATHS[kind]
+        path = self._path(kind, namespace) if namespace else f"{prefix}/{plural}"
+        terms = [k if v is None else f"{k}={v}" for k, v in (labels or {}).items()]
+        query = {"labelSelector": ",".join(terms)} if terms else None
+        body = self._request("GET", path, verb="list", kind=kind, query=query)
+        return body.get("items", []), (body.get("metadata") or {}).get("resourceVersion")
+
     def list(
         self, kind: str, namespace: str | None, labels: dict[str, str] | None = None
     ) -> list[dict[str, Any]]:
-        prefix, plural = _PATHS[kind]
-        path = self._path(kind, namespace) if namespace else f"{prefix}/{plural}"
-        query = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else None
-        return self._request("GET", path, verb="list", kind=kind, query=query).get("items", [])
+        return self.list_with_version(kind, namespace, dict(labels or {}))[0]
 
     def list_if_served(
-        self, kind: str, namespace: str, labels: dict[str, str] | None = None
+        self, kind: str, namespace: str, labels: dict[str, str] | None = None, live: bool = False
     ) -> list[dict[str, Any]] | None:
-        """As `list`, but None where the cluster does not serve the kind (a CRD not installed)."""
+        """As `list`, but None where the cluster does not serve the kind (a CRD not installed). `live`
+        matters only to a cached client: read the API, not the cache."""
         try:
             return self.list(kind, namespace, labels)
         except ApiException as error:
@@ -145,10 +155,10 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status subresource: fields this patch omits (set by other writers,
-        such as the autoscaler) stay as they are."""
-        self._request(
+        such as the autoscaler) stay as they are. Returns the object as written."""
+        return self._request(
             "PATCH",
             self._path(kind, namespace, name, "status"),
             verb="patch_status",

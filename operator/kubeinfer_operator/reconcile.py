@@ -336,8 +336,16 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     deployments = [d for d in kube.list("Deployment", meta["namespace"], labels) if _owned_by(d, meta["uid"])]
     pods = kube.list("Pod", meta["namespace"], labels)
     kv = kv_capacity.check(spec, kv_capacity.model_shape(spec), kv_capacity.device_memory(spec))
+    # The HTTPRoute is read live while the spec routes through Gateway API (whether the cluster serves
+    # the kind at all matters then); otherwise from what the client knows, to delete a leftover one.
+    gateway = spec.rollout.strategy == "Canary" and spec.rollout.gateway_api is not None
     traffic = {
-        kind: kube.list_if_served(kind, meta["namespace"], traffic_selector(kind, meta["name"]))
+        kind: kube.list_if_served(
+            kind,
+            meta["namespace"],
+            traffic_selector(kind, meta["name"]),
+            live=gateway and kind == "HTTPRoute",
+        )
         for kind in TRAFFIC_KINDS
     }
     serving, foreign, prunable = observe_serving(isvc, spec, pods, traffic, settings)

@@ -23,6 +23,7 @@ from typing import Any
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
 from kubeinfer_operator.api.status import MAX_DECISIONS
 from kubeinfer_operator.conditions import Condition
+from kubeinfer_operator.engine_metrics import engine_metrics
 from kubeinfer_operator.gateway_render import render_gateway_split
 from kubeinfer_operator.names import HTTP_PORT, LABEL_REVISION, LABEL_TRACK
 from kubeinfer_operator.render import Owner, PodTemplate, render_deployment, render_pdb
@@ -243,6 +244,7 @@ def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: 
     slo = slo_targets(spec)
     # Without the router, only the replicas see the requests (a Gateway's own metrics vary by vendor).
     source = "replicas" if spec.rollout.gateway_api else "router"
+    engine = engine_metrics(spec.runtime.engine)  # the same adapter the autoscaler reads through
 
     def judge(state: machine.RolloutState, window: tuple[float, float]) -> Verdict:
         start, end = window
@@ -253,7 +255,9 @@ def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: 
                 ("stable", state.stable_revision, state.stable_replicas),
             )
             for track, revision, replicas in tracks:
-                queries = track_queries(namespace, name, track, revision or "", end - start, slo, source)
+                queries = track_queries(
+                    namespace, name, track, revision or "", end - start, slo, source, engine
+                )
                 results = {k: prometheus_query(settings.prometheus_url, q, end) for k, q in queries.items()}
                 measured[track] = measurement(results, slo, replicas)
         except (OSError, ValueError, KeyError) as error:

@@ -178,3 +178,17 @@ def test_without_the_router_requests_and_latencies_come_from_the_replicas_of_the
     )
     assert f"kubeinfer_time_to_first_token_seconds_bucket{{{pods}}}" in queries["ttft_p95"]
     assert "track=" not in "".join(queries.values())
+
+
+def test_a_vllm_canary_is_judged_on_vllms_own_series() -> None:
+    from kubeinfer_operator.engine_metrics import ENGINES
+
+    queries = track_queries("prod", "chat", "canary", "7f9c", 60, SLO, engine=ENGINES["vllm"])
+    assert "vllm:request_time_per_output_token_seconds_bucket" in queries["tpot_p95"]
+    through_gateway = track_queries("prod", "chat", "canary", "7f9c", 60, SLO, "replicas", ENGINES["vllm"])
+    assert "vllm:time_to_first_token_seconds_bucket" in through_gateway["ttft_p95"]
+    assert through_gateway["requests"].startswith("sum(increase(vllm:e2e_request_latency_seconds_count")
+    assert "errors" not in through_gateway  # vLLM counts no failures: not a zero error rate
+    canary = measurement({"requests": 100.0, "ttft_p95": 0.1, "tpot_p95": 0.02}, SLO)
+    verdict = analyse(canary, track(), SLO, min_requests=50)
+    assert verdict.outcome is Outcome.INCONCLUSIVE and "counts no failed requests" in verdict.message

@@ -61,7 +61,7 @@ class TrackMeasurement:
     key (None where the histogram had no samples)."""
 
     requests: float
-    errors: float
+    errors: float | None  # None: nothing counts this track's failures (an engine without outcomes)
     latency: Mapping[str, float | None]
     replicas: int = 1  # serving the track during the window: load per replica = requests / replicas
     retried: float = 0.0  # failed attempts the router retried elsewhere: hidden from clients, not from us
@@ -72,7 +72,7 @@ class TrackMeasurement:
 
     @property
     def error_rate(self) -> float | None:
-        return self.errors / self.requests if self.requests > 0 else None
+        return self.errors / self.requests if self.requests > 0 and self.errors is not None else None
 
 
 class Outcome(StrEnum):
@@ -160,6 +160,17 @@ def analyse(
         checks.append((objective.key, canary_value, stable_value(stable_latency), objective.target_s))
     comparable = canary.requests_per_replica <= LOAD_PARITY * stable.requests_per_replica
     verdicts = [v for v in (_judge(*check, comparable) for check in checks) if v is not None]
+    if slo.error_rate is not None and canary.errors is None:  # instead of "no samples"
+        verdicts = [
+            Verdict(
+                Outcome.INCONCLUSIVE,
+                "the engine counts no failed requests: error_rate is unjudged",
+                ERROR_RATE,
+            )
+            if v.metric == ERROR_RATE
+            else v
+            for v in verdicts
+        ]
     failed = [v for v in verdicts if v.outcome is Outcome.FAIL]
     if failed:
         first = failed[0]

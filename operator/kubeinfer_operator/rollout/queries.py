@@ -5,10 +5,12 @@ Requests and errors come from the router's count of attempts (`kubeinfer_router_
 track then hid from the client and the ones no HTTP answer came back for. A canary that fails is judged on
 its failures, not on what the retries made of them. TTFT and E2E come from the router's histograms of the
 attempt that served each request. TPOT is per request and only the engine knows
-the token count, so it comes from the runtime pods' histogram, selected by `revision`: a pod keeps its
+the token count, so it comes from the runtime pods' histogram (named by the engine's adapter,
+engine_metrics.py), selected by `revision`: a pod keeps its
 revision for life, while which track a revision is changes when it is promoted. When a Gateway splits
 the traffic instead of the router (source "replicas"), everything comes from the replicas' own metrics by
-revision; a request the Gateway failed before any replica saw it is then not counted.
+revision, through the engine's adapter; a request the Gateway failed before any replica saw it is then
+not counted, and an engine that counts no failures (vLLM) leaves the error rate unjudged (Inconclusive).
 
 Both tracks are queried with the same range, evaluated at the same instant (the window's end), so they
 are compared over exactly the same span. Labels `namespace`, `inferenceservice` and `revision` are
@@ -22,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
+from kubeinfer_operator.engine_metrics import ENGINES, EngineMetrics
 from kubeinfer_operator.rollout.analysis import LatencyMetric, SLOTargets, TrackMeasurement
 
 ROUTER_ATTEMPTS = "kubeinfer_router_upstream_attempts_total"
@@ -29,12 +32,6 @@ ROUTER_RETRIES = "kubeinfer_router_retries_total"
 ROUTER_HISTOGRAMS: dict[LatencyMetric, str] = {
     "ttft": "kubeinfer_router_time_to_first_token_seconds",
     "e2e": "kubeinfer_router_e2e_request_latency_seconds",
-}
-RUNTIME_TPOT = "kubeinfer_time_per_output_token_seconds"
-RUNTIME_REQUESTS = "kubeinfer_requests_total"
-RUNTIME_HISTOGRAMS: dict[LatencyMetric, str] = {
-    "ttft": "kubeinfer_time_to_first_token_seconds",
-    "e2e": "kubeinfer_e2e_request_latency_seconds",
 }
 # 429s count: a canary that sheds load the stable track absorbs is worse. 499 (client left) does not;
 # `transport` (refused, reset, a stream cut mid-way) does.
@@ -51,32 +48,34 @@ def track_queries(
     window_s: float,
     slo: SLOTargets,
     source: Source = "router",
-    tpot_metric: str = RUNTIME_TPOT,
+    engine: EngineMetrics = ENGINES["builtin"],
 ) -> dict[str, str]:
-    """Queries keyed "requests", "errors" and each latency objective's key (e.g. "ttft_p95").
-
-    `tpot_metric` is the engine's per-request TPOT histogram (for vLLM, the adapter passes its name).
-    """
+    """Queries keyed "requests", "errors" (absent where nothing counts failures) and each latency
+    objective's key (e.g. "ttft_p95"); `engine` names the replicas' series."""
     service = f'namespace="{namespace}",inferenceservice="{inferenceservice}"'
     replicas = f'{service},revision="{revision}"'
     window = f"{max(1, round(window_s))}s"
+    errors: str | None
     if source == "router":
         selector = f'{service},track="{track}"'
         errors = f'{ROUTER_ATTEMPTS}{{{selector},code=~"{ERROR_CODES}"}}'
         requests, histograms = f"{ROUTER_ATTEMPTS}{{{selector}}}", ROUTER_HISTOGRAMS
     else:
         selector = replicas
-        errors = f'{RUNTIME_REQUESTS}{{{selector},outcome=~"{RUNTIME_ERROR_OUTCOMES}"}}'
-        requests, histograms = f"{RUNTIME_REQUESTS}{{{selector}}}", RUNTIME_HISTOGRAMS
-    queries = {
-        "requests": f"sum(increase({requests}[{window}]))",
-        "errors": f"sum(increase({errors}[{window}]))",
-    }
+        histograms = {"ttft": engine.ttft, "e2e": engine.e2e}
+        if engine.outcomes:
+            requests = f"{engine.outcomes}{{{selector}}}"
+            errors = f'{engine.outcomes}{{{selector},outcome=~"{RUNTIME_ERROR_OUTCOMES}"}}'
+        else:  # every finished request is in the E2E histogram; failures are counted nowhere
+            requests, errors = f"{engine.e2e}_count{{{selector}}}", None
+    queries = {"requests": f"sum(increase({requests}[{window}]))"}
+    if errors is not None:
+        queries["errors"] = f"sum(increase({errors}[{window}]))"
     if source == "router":  # failed attempts of this track that a retry hid from the client
         queries["retried"] = f"sum(increase({ROUTER_RETRIES}{{{selector}}}[{window}]))"
     for objective in slo.latency:
         if objective.metric == "tpot":
-            series = f"{tpot_metric}_bucket{{{replicas}}}"
+            series = f"{engine.tpot}_bucket{{{replicas}}}"
         else:
             series = f"{histograms[objective.metric]}_bucket{{{selector}}}"
         queries[objective.key] = (
@@ -95,7 +94,7 @@ def measurement(results: Mapping[str, float | None], slo: SLOTargets, replicas: 
 
     return TrackMeasurement(
         requests=value("requests") or 0.0,
-        errors=value("errors") or 0.0,
+        errors=(value("errors") or 0.0) if "errors" in results else None,
         latency={o.key: value(o.key) for o in slo.latency},
         replicas=replicas,
         retried=value("retried") or 0.0,
