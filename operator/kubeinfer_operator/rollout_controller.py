@@ -218,7 +218,7 @@ def plan_canary(
         "rollout": {**dict.fromkeys(status.get("rollout") or {}), **new.to_status()},
         "rolloutDecisions": _decisions(status.get("rolloutDecisions") or [], new, decision.events, now_text),
     }
-    conditions = tuple(Condition(c.type, c.status, c.reason, c.message) for c in decision.conditions)
+    conditions = tuple(decision.conditions)
     return CanaryPlan(
         apply=tuple(apply),
         scale=scale,

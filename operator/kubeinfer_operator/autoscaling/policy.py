@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from kubeinfer_operator.conditions import Condition
+
 # Signal names, as fetched (signals.py) and as recorded in decisions.
 QUEUE_TIME = "queue_time_p95_s"  # p95 of time from arrival to first scheduling, short window
 OLDEST_WAIT = "oldest_wait_s"  # age of the oldest request still waiting (no histogram lag)
@@ -174,14 +176,6 @@ class Term:
     value: float
     target: float
     proposal: int
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: Literal["True", "False"]
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

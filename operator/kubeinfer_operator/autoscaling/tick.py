@@ -146,7 +146,7 @@ def plan_tick(
         metrics_error=metrics_error,
     )
     decision, state = decide(config, observation, state)
-    conditions = [Condition(c.type, c.status, c.reason, c.message) for c in decision.conditions]
+    conditions = list(decision.conditions)
     if spec.replicas is not None:
         pinned = Condition(
             "ScalingLimited",

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from kubeinfer_operator.conditions import Condition
 from kubeinfer_operator.rollout.analysis import Outcome, Verdict
 from kubeinfer_operator.rollout.capacity import Replicas, canary_replicas_for, hand_off, step_target
 
@@ -242,14 +243,6 @@ def _time(t: float | None) -> str | None:
 
 def _parse_time(text: str | None) -> float | None:
     return None if text is None else datetime.fromisoformat(text).timestamp()
-
-
-@dataclass(frozen=True)
-class Condition:
-    type: str
-    status: str  # "True" | "False"
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
