@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
-from prometheus_api_client import PrometheusConnect
 from pydantic import ValidationError
 
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
@@ -36,13 +35,13 @@ from kubeinfer_operator.autoscaling.tick import (
 )
 from kubeinfer_operator.kube import Kube
 from kubeinfer_operator.names import APP_NAME, KIND, LABEL_APP, LABEL_ISVC
+from kubeinfer_operator.prometheus import connect
 from kubeinfer_operator.reconcile import desired_replicas
 from kubeinfer_operator.render import Owner, render_pod_template
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.workqueue import Key
 
 log = logging.getLogger(__name__)
-PROMETHEUS_TIMEOUT_SECONDS = 5  # a tick holds its key's work item: never wait on Prometheus for long
 RETRY_SECONDS = 15.0  # the next tick after one that could not read the spec or failed
 # State older than this many intervals missed decisions (another leader made them, or the API was
 # down): the windows would have gaps, so start afresh, which the policy makes safe.
@@ -98,9 +97,7 @@ class Autoscaler:
             # once; with no replica ready there is no load to measure (and no series yet, at creation).
             log.debug("autoscaler of %s/%s waits for a revision to serve", namespace, name)
             return interval
-        prometheus = PrometheusConnect(
-            self.settings.prometheus_url, disable_ssl=True, timeout=PROMETHEUS_TIMEOUT_SECONDS
-        )
+        prometheus = connect(self.settings.prometheus_url)
         try:
             metrics = engine_metrics(spec.runtime.engine)
             signals: dict[str, float] | None = fetch_signals(prometheus, metrics, namespace, name)

@@ -11,11 +11,8 @@ machine's state, so a restarted operator resumes at the same step), conditions a
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +23,7 @@ from kubeinfer_operator.conditions import Condition
 from kubeinfer_operator.engine_metrics import engine_metrics
 from kubeinfer_operator.gateway_render import render_gateway_split
 from kubeinfer_operator.names import HTTP_PORT, LABEL_REVISION, LABEL_TRACK
+from kubeinfer_operator.prometheus import MetricsUnavailable, connect, instant
 from kubeinfer_operator.render import Owner, PodTemplate, render_deployment, render_pdb
 from kubeinfer_operator.rollout import state_machine as machine
 from kubeinfer_operator.rollout.analysis import LatencyObjective, Outcome, SLOTargets, Verdict, analyse
@@ -39,7 +37,6 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 2.0  # how often a rollout in flight is looked at: step clocks and analyses are due on time
 ACTIVE_PHASES = frozenset({machine.Phase.PROGRESSING, machine.Phase.PROMOTING, machine.Phase.ROLLING_BACK})
-PROMETHEUS_TIMEOUT_S = 10.0
 
 Judge = Callable[[machine.RolloutState, tuple[float, float]], Verdict]
 
@@ -230,15 +227,6 @@ def plan_canary(
     )
 
 
-def prometheus_query(base_url: str, expr: str, at: float) -> float | None:
-    """One instant query; None when the result is empty."""
-    query = urllib.parse.urlencode({"query": expr, "time": f"{at:.3f}"})
-    with urllib.request.urlopen(f"{base_url}/api/v1/query?{query}", timeout=PROMETHEUS_TIMEOUT_S) as response:
-        body = json.load(response)
-    result = body["data"]["result"]
-    return float(result[0]["value"][1]) if result else None
-
-
 def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: str, name: str) -> Judge:
     """Canary and stable over the same window, evaluated at its end, judged against spec.slo."""
     slo = slo_targets(spec)
@@ -249,6 +237,7 @@ def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: 
     def judge(state: machine.RolloutState, window: tuple[float, float]) -> Verdict:
         start, end = window
         measured = {}
+        prom = connect(settings.prometheus_url)
         try:
             tracks = (
                 ("canary", state.canary_revision, state.canary_replicas),
@@ -258,9 +247,9 @@ def prometheus_judge(settings: Settings, spec: InferenceServiceSpec, namespace: 
                 queries = track_queries(
                     namespace, name, track, revision or "", end - start, slo, source, engine
                 )
-                results = {k: prometheus_query(settings.prometheus_url, q, end) for k, q in queries.items()}
+                results = {k: instant(prom, q, end) for k, q in queries.items()}
                 measured[track] = measurement(results, slo, replicas)
-        except (OSError, ValueError, KeyError) as error:
+        except MetricsUnavailable as error:
             log.warning("canary analysis of %s/%s: Prometheus unavailable: %s", namespace, name, error)
             return Verdict(
                 Outcome.INCONCLUSIVE, f"metrics unavailable from {settings.prometheus_url}: {error}"

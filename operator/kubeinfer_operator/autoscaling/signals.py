@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import math
 
-import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
 
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 from kubeinfer_operator.engine_metrics import EngineMetrics, engine_metrics
+from kubeinfer_operator.prometheus import MetricsUnavailable, instant
 
 __all__ = ["EngineMetrics", "MetricsUnavailable", "Signals", "engine_metrics", "fetch_signals"]
 
 Signals = dict[str, float]
-
-
-class MetricsUnavailable(Exception):
-    """Prometheus could not be reached or has no series for the service: hold, do not guess."""
 
 
 def queries(
@@ -69,10 +65,10 @@ def fetch_slo_readings(
     readings: dict[str, float] = {}
     for key, promql in slo_queries(metrics, namespace, name, window).items():
         try:
-            result = prom.custom_query(promql)
-        except (requests.RequestException, PrometheusApiClientException):
+            value = instant(prom, promql)
+        except MetricsUnavailable:
             continue
-        if result and math.isfinite(value := float(result[0]["value"][1])):
+        if value is not None and math.isfinite(value):
             readings[key] = value
     return readings
 
@@ -89,14 +85,13 @@ def fetch_signals(
     signals: Signals = {}
     for signal, promql in queries(metrics, namespace, name, track).items():
         try:
-            result = prom.custom_query(promql)
-        except (requests.RequestException, PrometheusApiClientException) as e:
-            raise MetricsUnavailable(f"Prometheus query for {signal} failed: {e}") from e
-        if not result:
+            value = instant(prom, promql)
+        except MetricsUnavailable as e:
+            raise MetricsUnavailable(f"Prometheus query for {signal} failed: {e.__cause__ or e}") from e
+        if value is None:
             if signal in (QUEUE_TIME, SERVED):
                 continue
             raise MetricsUnavailable(f"no series for {signal} of {namespace}/{name}: {promql}")
-        value = float(result[0]["value"][1])
         if math.isfinite(value):
             signals[signal] = value
     return signals
