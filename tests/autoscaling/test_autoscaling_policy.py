@@ -55,7 +55,7 @@ def test_the_signal_asking_most_wins() -> None:
     decision, _ = decide(CONFIG, observe(replicas=10, **signals), ScalingState())
     assert decision.desired == 15
     assert {t.signal: t.proposal for t in decision.terms}[KV_USAGE] == 12
-    assert decision.record()["signal"] == "waiting_per_replica"
+    assert decision_record(decision, CONFIG)["signal"] == "waitingPerReplica"
 
 
 def test_desired_is_clamped_to_max_and_min_with_a_condition() -> None:
@@ -293,15 +293,15 @@ def test_bad_config_names_the_field() -> None:
 
 def test_decision_record_is_what_status_keeps() -> None:
     decision, _ = decide(CONFIG, observe(now=1234.5, **(QUIET | {KV_USAGE: 1.0})), ScalingState())
-    record = decision.record()
+    record = decision_record(decision, CONFIG)
     assert record == {
-        "signal": KV_USAGE,
-        "value": 1.0,
-        "target": 0.5,
-        "from": 4,
-        "to": 8,
+        "time": "1970-01-01T00:20:34Z",
+        "signal": "kvCacheUsage",
+        "value": "1",
+        "target": "0.5",
+        "fromReplicas": 4,
+        "toReplicas": 8,
         "reason": decision.reason,
-        "time": 1234.5,
     }
     assert json.loads(json.dumps(record)) == record
 

@@ -193,19 +193,6 @@ class Decision:
         """The signal asking for the most replicas."""
         return max(self.terms, key=lambda t: t.proposal, default=None)
 
-    def record(self) -> dict[str, Any]:
-        """One entry of the bounded decision history in status."""
-        d = self.driver
-        return {
-            "signal": d.signal if d else None,
-            "value": d.value if d else None,
-            "target": d.target if d else None,
-            "from": self.current,
-            "to": self.desired,
-            "reason": self.reason,
-            "time": self.time,
-        }
-
 
 def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tuple[Decision, ScalingState]:
     current = obs.replicas

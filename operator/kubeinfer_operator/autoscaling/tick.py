@@ -28,7 +28,6 @@ from kubeinfer_operator.autoscaling.policy import (
 from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
 from kubeinfer_operator.names import LABEL_REVISION
 
-DEFAULT_QUEUE_TIME_TARGET_S = 0.5  # the API's default without a TTFT target
 CONDITION_TYPES = ("MetricsAvailable", "ScalingLimited")
 # The policy's signal names as status.signals and status.scalingDecisions spell them.
 STATUS_NAMES = {
@@ -47,12 +46,7 @@ def enabled(spec: InferenceServiceSpec) -> bool:
 
 def scaling_config(spec: InferenceServiceSpec) -> ScalingConfig:
     scaling = spec.scaling
-    if scaling.queue_time_target is not None:
-        queue_time = parse_duration(scaling.queue_time_target)
-    elif spec.slo.ttft is not None and spec.slo.ttft.p95 is not None:
-        queue_time = parse_duration(spec.slo.ttft.p95) / 2
-    else:
-        queue_time = DEFAULT_QUEUE_TIME_TARGET_S
+    queue_time = spec.queue_time_target_seconds()
     waiting = scaling.waiting_per_replica_target
     targets = Targets(
         queue_time_p95_s=queue_time,

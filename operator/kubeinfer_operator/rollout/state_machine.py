@@ -42,8 +42,6 @@ from kubeinfer_operator.rollout.capacity import Replicas, canary_replicas_for, h
 PROMOTE_ANNOTATION = "serving.kubeinfer.dev/promote"
 ABORT_ANNOTATION = "serving.kubeinfer.dev/abort"
 KEPT_VERDICTS = 5
-# Model load time beyond scheduling and image pull: a conservative read rate for network storage.
-MODEL_LOAD_BYTES_PER_S = 100 * 2**20
 
 
 class Phase(StrEnum):
@@ -105,11 +103,6 @@ class RolloutSpec:
             )
         if self.max_surge < 0:
             raise ValueError(f"rollout.maxSurge: must be >= 0, got {self.max_surge}")
-
-
-def default_progress_deadline_s(model_bytes: int | None, base_s: float = 600.0) -> float:
-    """Argo's 600 s covers scheduling and image pull; a model's load time comes on top, twice over."""
-    return base_s + 2 * (model_bytes or 0) / MODEL_LOAD_BYTES_PER_S
 
 
 @dataclass(frozen=True)
