@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from kubeinfer_operator.autoscaler import Autoscaler
+from kubeinfer_operator.autoscaling.controller import Autoscaler
 from kubeinfer_operator.cached_kube import CachedKube
 from kubeinfer_operator.kube import load_client
 from kubeinfer_operator.leader import Leadership

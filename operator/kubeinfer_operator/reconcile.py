@@ -37,8 +37,8 @@ from kubeinfer_operator.render import (
     render_pdb,
     render_pod_template,
 )
+from kubeinfer_operator.rollout.controller import Judge, plan_canary, prometheus_judge, ready_by_revision
 from kubeinfer_operator.rollout.state_machine import RolloutEvent
-from kubeinfer_operator.rollout_controller import Judge, plan_canary, prometheus_judge, ready_by_revision
 from kubeinfer_operator.router_render import render_front_service, router_labels, router_name
 from kubeinfer_operator.serving_path import (
     Serving,
@@ -214,7 +214,7 @@ def plan_canary_rollout(
     gateway_api_served: bool = True,
     serving: Serving | None = None,
 ) -> Plan:
-    """spec.rollout.strategy Canary: rollout_controller decides revisions, replicas and traffic; Ready,
+    """spec.rollout.strategy Canary: rollout/controller.py decides revisions, replicas and traffic; Ready,
     replica counts and pod diagnosis are read as for RollingUpdate."""
     meta = isvc["metadata"]
     owner = Owner(meta["name"], meta["namespace"], meta["uid"])

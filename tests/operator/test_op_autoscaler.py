@@ -11,8 +11,8 @@ import pytest
 from op_fixtures import example, isvc
 
 from kubeinfer_operator.api import InferenceServiceSpec
-from kubeinfer_operator.autoscaler import Autoscaler
 from kubeinfer_operator.autoscaling import ScalingState
+from kubeinfer_operator.autoscaling.controller import Autoscaler
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, WAITING
 from kubeinfer_operator.autoscaling.tick import (
     PodCounts,

@@ -18,8 +18,8 @@ from kubeinfer_operator.gateway_render import route_weights
 from kubeinfer_operator.names import LABEL_REVISION
 from kubeinfer_operator.reconcile import plan_canary_rollout, stale_objects
 from kubeinfer_operator.rollout.analysis import Outcome, Verdict
+from kubeinfer_operator.rollout.controller import rollout_spec
 from kubeinfer_operator.rollout.state_machine import RolloutState
-from kubeinfer_operator.rollout_controller import rollout_spec
 from kubeinfer_operator.settings import Settings
 
 GATEWAY = {"parentRefs": [{"name": "inference", "namespace": "gateways", "sectionName": "https"}]}

@@ -12,14 +12,14 @@ from op_fixtures import OWNER, deployment, example, isvc, pod, spec_of
 from kubeinfer_operator.names import LABEL_TRACK
 from kubeinfer_operator.render import render_pod_template
 from kubeinfer_operator.rollout.analysis import Outcome, Verdict
-from kubeinfer_operator.rollout.state_machine import RolloutState
-from kubeinfer_operator.rollout_controller import (
+from kubeinfer_operator.rollout.controller import (
     TICK_SECONDS,
     CanaryPlan,
     plan_canary,
     rollout_spec,
     slo_targets,
 )
+from kubeinfer_operator.rollout.state_machine import RolloutState
 from kubeinfer_operator.settings import Settings
 
 SETTINGS = Settings()

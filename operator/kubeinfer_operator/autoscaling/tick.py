@@ -1,5 +1,5 @@
 """One autoscaler tick as a pure function: the spec, the observed pods and signals and the remembered
-state in; the decision, the next state and the status fields to write out. autoscaler.py does the
+state in; the decision, the next state and the status fields to write out. autoscaling/controller.py does the
 reading and writing around it."""
 
 from __future__ import annotations
