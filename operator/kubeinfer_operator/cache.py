@@ -53,6 +53,8 @@ class ObjectCache:
 
     def upsert(self, kind: str, obj: Mapping[str, Any]) -> None:
         stored = copy.deepcopy(dict(obj))
+        # Who set which field is often the larger part of an object, and no planner reads it.
+        (stored.get("metadata") or {}).pop("managedFields", None)
         with self._lock:
             objects = self._objects[kind]
             key = self._key(stored)

@@ -74,7 +74,8 @@ def unchanged(live: Mapping[str, Any] | None, rendered: Mapping[str, Any]) -> bo
     if live is None:
         return False
     annotations = (live.get("metadata") or {}).get("annotations") or {}
-    stamped = with_hash(dict(rendered))
+    # A LIST's items carry no apiVersion and kind (watch events do): the cache's key says the kind.
+    stamped = {k: v for k, v in with_hash(dict(rendered)).items() if k not in ("apiVersion", "kind")}
     return annotations.get(APPLIED_ANNOTATION) == rendering_hash(rendered) and contains(live, stamped)
 
 

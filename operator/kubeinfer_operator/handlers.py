@@ -44,10 +44,11 @@ class Operator:
     autoscaler: Autoscaler | None = None
     wanted: set[Key] = field(default_factory=set)  # keys an event asked to reconcile, not only to tick
 
-    def want(self, key: Key) -> None:
-        """Reconcile `key` (and tick it if due): for watch events, resyncs and requeues."""
+    def want(self, key: Key, background: bool = False) -> None:
+        """Reconcile `key` (and tick it if due): for watch events and requeues, and (in the background,
+        after what events ask for) resync passes."""
         self.wanted.add(key)
-        self.queue.add(key)
+        self.queue.add(key, background)
 
     def leading(self) -> bool:
         return self.leadership is None or self.leadership.leading.is_set()
@@ -72,7 +73,7 @@ class Operator:
     async def enqueue_all(self) -> None:
         for namespace in self.settings.namespaces or (None,):
             for isvc in await asyncio.to_thread(self.kube.list, KIND, namespace):
-                self.want((isvc["metadata"]["namespace"], isvc["metadata"]["name"]))
+                self.want((isvc["metadata"]["namespace"], isvc["metadata"]["name"]), background=True)
 
     async def resync(self) -> None:
         """Level-triggered safety net: the cache is re-listed (a broken watch may have missed a deletion)

@@ -1,10 +1,14 @@
 """Which InferenceServices need a reconcile, as client-go's workqueue does it: a key waiting is
 queued once however many events name it, one key is never reconciled twice at once, a key that
-changes while being reconciled is reconciled again after, and a failure is retried with backoff."""
+changes while being reconciled is reconciled again after, and a failure is retried with backoff.
+
+Two priorities: what an event asks for goes before what a resync pass asks for, so a user's change
+to one service is not queued behind a periodic pass over a thousand unchanged ones."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -23,24 +27,27 @@ class WorkQueue:
         self._process = process
         self._base_delay = base_delay
         self._max_delay = max_delay
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._waiting: set[Key] = set()
+        # (priority, arrival, key): 0 for events, 1 for resync passes; FIFO within a priority.
+        self._queue: asyncio.PriorityQueue[tuple[int, int, Key]] = asyncio.PriorityQueue()
+        self._arrivals = itertools.count()
+        self._waiting: dict[Key, int] = {}  # queued keys and the best priority each is queued at
         self._active: set[Key] = set()
         self._dirty: set[Key] = set()
         self._failures: dict[Key, int] = {}
 
-    def add(self, key: Key) -> None:
+    def add(self, key: Key, background: bool = False) -> None:
+        priority = 1 if background else 0
         if key in self._active:
             self._dirty.add(key)
-        elif key not in self._waiting:
-            self._waiting.add(key)
-            self._queue.put_nowait(key)
+        elif self._waiting.get(key, 2) > priority:  # not queued yet, or only behind the resync pass
+            self._waiting[key] = priority
+            self._queue.put_nowait((priority, next(self._arrivals), key))
 
     def retry_delay(self, failures: int) -> float:
         return min(self._max_delay, self._base_delay * 2 ** (failures - 1))
 
     async def _handle(self, key: Key) -> None:
-        self._waiting.discard(key)
+        self._waiting.pop(key, None)
         self._active.add(key)
         try:
             await self._process(key)
@@ -58,5 +65,6 @@ class WorkQueue:
 
     async def worker(self) -> None:
         while True:
-            key = await self._queue.get()
-            await self._handle(key)
+            priority, _, key = await self._queue.get()
+            if self._waiting.get(key) == priority:  # else: an entry superseded by an urgent one
+                await self._handle(key)

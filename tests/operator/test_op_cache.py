@@ -66,6 +66,9 @@ def test_an_apply_is_skipped_only_for_the_same_rendering_with_no_drift() -> None
     stale["metadata"]["annotations"][APPLIED_ANNOTATION] = "0" * 16
     assert not unchanged(stale, rendered)
     assert not unchanged(None, rendered)
+    # As a LIST (the resync's) returns it: no apiVersion, no kind. Still the same object.
+    listed = {k: v for k, v in live.items() if k not in ("apiVersion", "kind")}
+    assert unchanged(listed, rendered)
 
 
 class FakeAPI(CachedKube):

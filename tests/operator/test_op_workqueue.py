@@ -81,3 +81,24 @@ def test_a_failed_reconcile_is_retried_with_growing_delays() -> None:
         for n in (1, 2, 3, 10)
     ]
     assert delays == [0.5, 1.0, 2.0, 60.0]
+
+
+def test_an_event_goes_before_a_resync_pass_and_is_not_run_twice() -> None:
+    async def scenario() -> list[Key]:
+        seen: list[Key] = []
+
+        async def process(key: Key) -> None:
+            seen.append(key)
+
+        queue = WorkQueue(process)
+        many = [("default", f"idle-{i}") for i in range(5)]
+        for key in [*many, A]:
+            queue.add(key, background=True)  # a resync pass
+        queue.add(B)  # a user's change
+        queue.add(A)  # an event for a key the pass already queued: promoted, not duplicated
+        worker = asyncio.create_task(queue.worker())
+        await asyncio.sleep(0.05)
+        worker.cancel()
+        return seen
+
+    assert asyncio.run(scenario()) == [B, A, *[("default", f"idle-{i}") for i in range(5)]]
