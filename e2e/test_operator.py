@@ -158,6 +158,35 @@ def test_reconciling_an_unchanged_object_writes_nothing(operator: Any, tiny: dic
     assert get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"] == status_before
 
 
+def operator_requests(cluster: Any) -> dict[str, float]:
+    """The leader's own count of API requests by verb (its /metrics)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    pod = get(cluster, "pod", leader_pod(cluster), "-n", OPERATOR_NAMESPACE)
+    text = httpx.get(f"http://{pod['status']['podIP']}:8081/metrics", timeout=10).text
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kubeinfer_operator_api_requests_total":
+                verb = sample.labels["verb"]
+                counts[verb] = counts.get(verb, 0.0) + sample.value
+    return counts
+
+
+def test_reconciling_an_unchanged_service_sends_no_api_request(operator: Any, tiny: dict[str, Any]) -> None:
+    """Reconciles of a service nothing changed read only the operator's watch cache: over a few resync
+    periods (each reconciles every service) the leader sends no GET and no write; its only requests are
+    the resync's one LIST per cached kind."""
+    seen = reconciles_logged(operator, "tiny")
+    before = operator_requests(operator)
+    wait_for("four more reconciles", lambda: reconciles_logged(operator, "tiny") >= seen + 4, timeout=30)
+    after = operator_requests(operator)
+    sent = {verb: after.get(verb, 0) - before.get(verb, 0) for verb in after}
+    print(f"\nrequests over {reconciles_logged(operator, 'tiny') - seen} reconciles of tiny: {sent}")
+    assert {verb: n for verb, n in sent.items() if verb != "list" and n} == {}
+    assert sent.get("list", 0) > 0  # the resync passes ran
+
+
 def test_a_deleted_service_comes_back(operator: Any, tiny: dict[str, Any]) -> None:
     old = get(operator, "service", "tiny", "-n", NAMESPACE)["metadata"]["uid"]
     operator.kubectl("delete", "service", "tiny", "-n", NAMESPACE)
