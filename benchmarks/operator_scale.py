@@ -139,6 +139,7 @@ def main(argv: list[str]) -> int:
             result["create_s"] = round(created, 1)
             result["converge_s"] = round(time.monotonic() - began, 1)
             result["requests_to_converge"] = requests_between(base, operator_metrics(cluster))
+            print(f"converged: {result}", flush=True)
             time.sleep(10)  # let the tail of the convergence settle before measuring idle
             idle_start = operator_metrics(cluster)
             time.sleep(args.idle_seconds)
@@ -152,6 +153,7 @@ def main(argv: list[str]) -> int:
                 (idle_end.get(reconciles, 0) - idle_start.get(reconciles, 0)) * 60 / args.idle_seconds, 1
             )
             result["rss_mb"] = round(idle_end["process_resident_memory_bytes"] / 2**20, 1)
+            print(f"idle: {result}", flush=True)  # the spec changes can take long on a slow operator
             latencies = [
                 spec_change_latency(cluster, f"svc-{(i * 37) % args.services:04d}", 2 + i % 6)
                 for i in tqdm(range(args.changes), desc="spec changes")
