@@ -113,7 +113,8 @@ class Kube:
         """As `list`, but None where the cluster does not serve the kind (a CRD not installed). `live`
         matters only to a cached client: read the API, not the cache."""
         try:
-            return self.list(kind, namespace, labels)
+            # list_with_version always asks the API (a cached client overrides `list` only).
+            return self.list_with_version(kind, namespace, dict(labels or {}))[0]
         except ApiException as error:
             if error.status == 404:
                 return None

@@ -6,6 +6,8 @@ import copy
 import itertools
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from kubeinfer_operator.cache import ObjectCache
 from kubeinfer_operator.cached_kube import APPLIED_ANNOTATION, CachedKube, contains, unchanged, with_hash
 
@@ -80,6 +82,7 @@ class FakeAPI(CachedKube):
         self.store: dict[tuple[str, str], dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.versions = itertools.count(1)
+        self.missing_kinds: set[str] = set()  # kinds whose CRD the fake apiserver lacks
 
     def _request(self, method: str, path: str, *, verb: str, kind: str, **kwargs: Any) -> dict[str, Any]:
         self.requests.append((verb, kind))
@@ -88,6 +91,8 @@ class FakeAPI(CachedKube):
             body["metadata"]["resourceVersion"] = str(next(self.versions))
             self.store[(kind, body["metadata"]["name"])] = body
             return copy.deepcopy(body)
+        if verb == "list" and kind in self.missing_kinds:
+            raise ApiException(status=404, reason="Not Found")
         if verb == "list":
             items = [copy.deepcopy(o) for (k, _), o in self.store.items() if k == kind]
             return {"items": items, "metadata": {"resourceVersion": str(next(self.versions))}}
@@ -116,3 +121,12 @@ def test_a_resync_seeds_every_cached_kind_with_one_list_each() -> None:
     api.resync(["ns"])
     assert sorted(kind for verb, kind in api.requests) == sorted(api.cache.kinds)
     assert {verb for verb, _ in api.requests} == {"list"}
+
+
+def test_a_live_list_asks_the_api_and_says_when_the_kind_is_not_served() -> None:
+    api = FakeAPI()
+    api.missing_kinds.add("HTTPRoute")
+    assert api.list_if_served("HTTPRoute", "ns") == []  # from the cache: nothing known
+    assert api.requests == []
+    assert api.list_if_served("HTTPRoute", "ns", live=True) is None  # the API: no such kind here
+    assert api.requests == [("list", "HTTPRoute")]
