@@ -6,11 +6,31 @@ asks for them gets a 400 naming the field instead of a silently different answer
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from kubeinfer_runtime.engine.types import SamplingParams
+from kubeinfer_runtime.server.errors import APIError
+
+MAX_LOGPROBS = 20  # OpenAI's limit for top_logprobs; the engine's too
+# Parameters vLLM accepts that this server does not honour: named in a 400 rather than ignored.
+REFUSED_EXTRA_PARAMS = (
+    "min_p",
+    "use_beam_search",
+    "length_penalty",
+    "include_stop_str_in_output",
+    "bad_words",
+    "allowed_token_ids",
+    "prompt_logprobs",
+    "truncate_prompt_tokens",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "structured_outputs",
+    "spaces_between_special_tokens",
+)
 
 
 class StreamOptions(BaseModel):
@@ -20,7 +40,7 @@ class StreamOptions(BaseModel):
 class _GenerationRequest(BaseModel):
     """Fields shared by completions and chat completions."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # unknown fields are ignored, except REFUSED_EXTRA_PARAMS
 
     model: str
     stream: bool = False
@@ -32,18 +52,26 @@ class _GenerationRequest(BaseModel):
     stop: str | list[str] | None = None
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    skip_special_tokens: bool = True
     # Lower runs first (vLLM's convention); the X-Request-Priority header overrides it.
     priority: int = 0
-    n: Literal[1] = 1
+    n: int = Field(1, ge=1, le=128)
     presence_penalty: Literal[0] = 0
     frequency_penalty: Literal[0] = 0
     logit_bias: None = None
+
+    def refuse_unhonoured_extras(self) -> None:
+        for name in REFUSED_EXTRA_PARAMS:
+            if (self.model_extra or {}).get(name) is not None:
+                raise APIError(400, f"{name} is not supported by this server", param=name, code="unsupported")
 
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def sampling_params(self, max_tokens: int) -> SamplingParams:
+    def sampling_params(self, max_tokens: int, **engine_fields: Any) -> SamplingParams:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         return SamplingParams(
             max_tokens=max_tokens,
@@ -54,16 +82,50 @@ class _GenerationRequest(BaseModel):
             stop=stop,
             stop_token_ids=tuple(self.stop_token_ids or ()),
             ignore_eos=self.ignore_eos,
+            min_tokens=self.min_tokens,
+            repetition_penalty=self.repetition_penalty,
+            skip_special_tokens=self.skip_special_tokens,
+            **({"n": self.n} | engine_fields),
         )
 
 
 class CompletionRequest(_GenerationRequest):
-    prompt: str | list[int] = Field(min_length=1)
+    # One prompt, or a batch of them (text or token ids): each gets n choices.
+    prompt: str | list[str] | list[int] | list[list[int]] = Field(min_length=1)
     max_tokens: int = Field(16, ge=1)
-    echo: Literal[False] = False
-    logprobs: None = None
-    best_of: Literal[1, None] = None
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    best_of: int | None = Field(None, ge=1, le=128)
     suffix: None = None
+
+    @model_validator(mode="after")
+    def _check_best_of(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of < self.n:
+            raise ValueError(f"best_of ({self.best_of}) must be at least n ({self.n})")
+        if self.stream and self.best_of is not None and self.best_of > self.n:
+            raise ValueError("best_of > n cannot be streamed")
+        return self
+
+    @property
+    def num_sequences(self) -> int:
+        """Sequences generated per prompt: best_of of them, of which the n most likely are returned."""
+        return self.best_of or self.n
+
+    def prompts(self) -> list[str | list[int]]:
+        if isinstance(self.prompt, str) or isinstance(self.prompt[0], int):
+            return [self.prompt]  # type: ignore[list-item]
+        return list(self.prompt)  # type: ignore[arg-type]
+
+    def engine_params(self, max_tokens: int) -> SamplingParams:
+        # best_of ranks sequences by their cumulative logprob, which the engine tracks with logprobs.
+        ranked = self.num_sequences > self.n
+        logprobs = self.logprobs if self.logprobs is not None or not ranked else 0
+        return self.sampling_params(
+            max_tokens,
+            n=self.num_sequences,
+            logprobs=logprobs,
+            prompt_logprobs=self.logprobs if self.echo and self.logprobs is not None else None,
+        )
 
 
 class TextPart(BaseModel):
@@ -84,12 +146,22 @@ class ChatCompletionRequest(_GenerationRequest):
     # Unset: up to the model's context length, as vLLM does.
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    logprobs: Literal[False, None] = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     tools: None = None
     response_format: None = None
 
+    @model_validator(mode="after")
+    def _check_logprobs(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
+
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def engine_params(self, max_tokens: int) -> SamplingParams:
+        return self.sampling_params(max_tokens, logprobs=(self.top_logprobs or 0) if self.logprobs else None)
 
 
 class PromptTokensDetails(BaseModel):
@@ -112,10 +184,19 @@ class Usage(BaseModel):
         )
 
 
+class CompletionLogprobs(BaseModel):
+    """The legacy completions shape: parallel lists, one entry per token (None for a prompt's first)."""
+
+    tokens: list[str] = Field(default_factory=list)
+    token_logprobs: list[float | None] = Field(default_factory=list)
+    top_logprobs: list[dict[str, float] | None] = Field(default_factory=list)
+    text_offset: list[int] = Field(default_factory=list)
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None
 
 
@@ -133,10 +214,25 @@ class AssistantMessage(BaseModel):
     content: str
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob]
+    refusal: None = None
+
+
 class ChatChoice(BaseModel):
     index: int = 0
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None
 
 
@@ -157,7 +253,7 @@ class ChatDelta(BaseModel):
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: str | None = None
 
 
