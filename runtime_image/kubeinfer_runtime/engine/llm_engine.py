@@ -192,7 +192,7 @@ class LLMEngine:
         # Log-probabilities come from the raw logits, before any rule below changes them.
         wants = [i for i, s in enumerate(sampled) if s.params.logprobs is not None]
         raw = logits[wants].float().log_softmax(dim=-1) if wants else None
-        logits = constrain(logits, sampled, self.eos_token_ids)
+        logits = constrain(logits, sampled, self.eos_token_ids, self.model_runner.device.type == "cuda")
         tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled], self.generator)
         logprobs: dict[int, TokenLogprob] = {}
         if raw is not None:

@@ -26,8 +26,12 @@ def token_logprobs(logprobs: torch.Tensor, token_ids: list[int], num_top: list[i
     ]
 
 
-def constrain(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: frozenset[int]) -> torch.Tensor:
-    """Row i of `logits` (sequence seqs[i]'s next token) after its request's rules; the input is kept."""
+def constrain(
+    logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: frozenset[int], parallel_masks: bool = False
+) -> torch.Tensor:
+    """Row i of `logits` (sequence seqs[i]'s next token) after its request's rules; the input is kept.
+
+    `parallel_masks`: compute the grammars' masks on a thread pool (see `allowed_tokens`)."""
     penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
     # A grammar decides by itself when the output may end, so min_tokens leaves its rows alone.
     too_short = [
@@ -47,7 +51,7 @@ def constrain(logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: frozens
         logits[i, ends] = float("-inf")
     if constrained:
         vocab = logits.shape[-1]
-        allowed = allowed_tokens([seqs[i].matcher for i in constrained], vocab)  # type: ignore[misc]
+        allowed = allowed_tokens([seqs[i].matcher for i in constrained], vocab, parallel_masks)  # type: ignore[misc]
         index = torch.tensor(constrained, device=logits.device)
         logits[index] = logits[index].masked_fill(~allowed.to(logits.device), float("-inf"))
     return logits

@@ -31,10 +31,13 @@ from kubeinfer_runtime.server.protocol import (
     CompletionLogprobs,
     CompletionRequest,
     CompletionResponse,
+    FunctionCall,
     ModelCard,
     ModelList,
+    ToolCallOut,
     Usage,
 )
+from kubeinfer_runtime.server.tool_calls import Mode, ToolCall, ToolCallReader
 
 if TYPE_CHECKING:
     from kubeinfer_runtime.server.app import RuntimeState
@@ -86,8 +89,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     rt.check_accepting(body.model)
     body.refuse_unhonoured_extras()
     tokenizer = rt.engine.tokenizer
+    tools = body.tool_dicts() or None  # rendered by templates that support them, ignored by others
     try:
-        text = tokenizer.apply_chat_template([{"role": m.role, "content": m.text()} for m in body.messages])
+        text = tokenizer.apply_chat_template([m.for_template() for m in body.messages], tools=tools)
     except (ValueError, jinja2.TemplateError) as exc:  # no template, or the template refuses the messages
         raise APIError(400, f"messages: {exc}", param="messages") from exc
     prompt_ids = tokenizer.encode(text, add_special_tokens=False)  # the template writes its own BOS
@@ -99,6 +103,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         body.model,
         LogprobFormatter(tokenizer),
         with_logprobs=body.logprobs,
+        tool_mode=body.tool_mode,
+        named_tool=body.named_tool,
     )
     return await _generate(request, rt, body, [prompt_ids], body.engine_params(max_tokens), shape, body.n)
 
@@ -297,8 +303,8 @@ async def _sse(
             yield _event(chunk)
         async for k, out in outputs:
             choice, delta = choices.add(k, out)
-            if delta.text or delta.finish_reason or (shape.with_logprobs and delta.token_ids):
-                yield _event(shape.chunk(choice, delta))
+            if (chunk := shape.chunk(choice, delta)) is not None:
+                yield _event(chunk)
         if include_usage:
             yield _event(shape.usage_chunk(_usage(tracked)))
     except APIError as exc:  # the status line is gone; the error travels as an event
@@ -327,7 +333,8 @@ class _Shape:
     def opening_chunks(self, indices: list[int]) -> list[dict]:
         return []
 
-    def chunk(self, choice: _Choice, delta: _Delta) -> dict:
+    def chunk(self, choice: _Choice, delta: _Delta) -> dict | None:
+        """The event for one output, or None when it adds nothing to send yet."""
         raise NotImplementedError
 
     def usage_chunk(self, usage: Usage) -> dict:
@@ -368,7 +375,9 @@ class _CompletionShape(_Shape):
             )
         return self._body(body, usage).model_dump()
 
-    def chunk(self, choice: _Choice, delta: _Delta) -> dict:
+    def chunk(self, choice: _Choice, delta: _Delta) -> dict | None:
+        if not (delta.text or delta.finish_reason or (self.with_logprobs and delta.token_ids)):
+            return None
         logprobs = self._logprobs(choice, delta.token_ids, delta.logprobs)
         body = CompletionChoice(
             index=choice.index, text=delta.text, logprobs=logprobs, finish_reason=delta.finish_reason
@@ -386,21 +395,47 @@ class _CompletionShape(_Shape):
 
 @dataclass
 class _ChatShape(_Shape):
+    tool_mode: Mode = "none"
+    named_tool: str | None = None
+    readers: dict[tuple[int, int], ToolCallReader] = field(default_factory=dict)  # per choice
+
+    def _reader(self, choice: _Choice) -> ToolCallReader:
+        key = (choice.prompt, choice.sequence)
+        if key not in self.readers:
+            self.readers[key] = ToolCallReader(self.tool_mode, self.named_tool)
+        return self.readers[key]
+
     def _logprobs(self, logprobs: list[TokenLogprob | None]) -> Any:
         if not self.with_logprobs:
             return None
         return self.logprob_formatter.chat([lp for lp in logprobs if lp is not None])
 
+    def _finish_reason(self, reader: ToolCallReader, reason: str | None) -> str | None:
+        # As OpenAI (and vLLM): "tool_calls" when the model chose to call; a named function is "stop".
+        called = reader.calls and self.tool_mode in ("auto", "required")
+        return "tool_calls" if called and reason == "stop" else reason
+
     def response(self, choices: list[_Choice], usage: Usage) -> dict:
-        body = [
-            ChatChoice(
-                index=c.index,
-                message=AssistantMessage(content="".join(c.text)),
-                logprobs=self._logprobs(c.logprobs),
-                finish_reason=c.finish_reason,
+        body = []
+        for c in choices:
+            reader = self._reader(c)
+            content, _ = reader.feed("".join(c.text))
+            content += reader.finish()[0]
+            calls = [
+                ToolCallOut(id=t.id, function=FunctionCall(name=t.name, arguments=t.arguments))
+                for t in reader.calls
+            ]
+            message = AssistantMessage(
+                content=None if calls and not content.strip() else content, tool_calls=calls
             )
-            for c in choices
-        ]
+            body.append(
+                ChatChoice(
+                    index=c.index,
+                    message=message,
+                    logprobs=self._logprobs(c.logprobs),
+                    finish_reason=self._finish_reason(reader, c.finish_reason),
+                )
+            )
         response = ChatCompletionResponse(
             id=self.id, created=self.created, model=self.model, choices=body, usage=usage
         )
@@ -412,12 +447,21 @@ class _ChatShape(_Shape):
             for i in indices
         ]
 
-    def chunk(self, choice: _Choice, delta: _Delta) -> dict:
+    def chunk(self, choice: _Choice, delta: _Delta) -> dict | None:
+        reader = self._reader(choice)
+        content, progress = reader.feed(delta.text)
+        if delta.finish_reason:
+            rest, more = reader.finish()
+            content, progress = content + rest, progress + more
+        tool_calls = [_tool_call_delta(reader, item) for item in progress]
+        logprobs = self._logprobs(delta.logprobs)
+        if not (content or tool_calls or delta.finish_reason or (logprobs and logprobs.content)):
+            return None
         body = ChatChunkChoice(
             index=choice.index,
-            delta=ChatDelta(content=delta.text or None),
-            logprobs=self._logprobs(delta.logprobs),
-            finish_reason=delta.finish_reason,
+            delta=ChatDelta(content=content or None, tool_calls=tool_calls or None),
+            logprobs=logprobs,
+            finish_reason=self._finish_reason(reader, delta.finish_reason),
         )
         return self._chunk([body], None)
 
@@ -428,3 +472,16 @@ class _ChatShape(_Shape):
         return ChatCompletionChunk(
             id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
         ).model_dump(exclude_none=False)
+
+
+def _tool_call_delta(reader: ToolCallReader, item: ToolCall | str) -> dict[str, Any]:
+    """OpenAI's streamed shape: a call's id, name (and arguments) first, then argument pieces."""
+    if isinstance(item, str):  # more arguments of the one named call
+        return {"index": 0, "function": {"arguments": item}}
+    index = next(i for i, call in enumerate(reader.calls) if call.id == item.id)
+    return {
+        "index": index,
+        "id": item.id,
+        "type": "function",
+        "function": {"name": item.name, "arguments": item.arguments},
+    }
