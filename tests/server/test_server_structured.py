@@ -4,6 +4,8 @@ random-weight model: whatever it samples, the reply parses and validates."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -12,7 +14,7 @@ import jsonschema
 import openai
 import pytest
 from pydantic import BaseModel, Field
-from runtime_server_process import SERVED_MODEL, running_server
+from runtime_server_process import SERVED_MODEL, LiveServer, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -53,9 +55,19 @@ class Paint(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def client(tiny_model: Path, server_logs: Path) -> Iterator[openai.OpenAI]:
-    with running_server(tiny_model, server_logs, "--max-model-len", "512") as server:
-        yield server.client()
+def server(tiny_model: Path, server_logs: Path) -> Iterator[LiveServer]:
+    with running_server(tiny_model, server_logs, "--max-model-len", "512") as live:
+        yield live
+
+
+@pytest.fixture(scope="module")
+def client(server: LiveServer) -> openai.OpenAI:
+    return server.client()
+
+
+@pytest.fixture(scope="module")
+def server_url(server: LiveServer) -> str:
+    return server.base_url
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -145,3 +157,19 @@ def test_bad_constraints_are_refused(client: openai.OpenAI) -> None:
             extra_body={"guided_regex": "a+"},
         )
     assert both.value.param == "guided_regex"
+
+
+def test_kubeinfer_bench_measures_with_a_response_format(server_url: str, tmp_path: Path) -> None:
+    """`kubeinfer bench --response-format` sends the schema with every request; all are answered."""
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA))
+    report = tmp_path / "bench.json"
+    command = [str(Path(sys.executable).parent / "kubeinfer"), "bench", "--url", server_url, "--chat"]
+    command += ["--num-requests", "6", "--input-len", "16", "--output-len", "300", "--max-concurrency", "3"]
+    command += ["--response-format", str(schema_file), "--json", str(report), "--no-progress"]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = json.loads(report.read_text())
+    assert result["config"]["response_format"]["json_schema"]["schema"] == SCHEMA
+    (point,) = result["points"]
+    assert point["completed"] == 6 and point["failed"] == 0
