@@ -7,7 +7,6 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -20,24 +19,13 @@ from kubeinfer_runtime.server.async_engine import AsyncEngine, TrackedRequest
 from kubeinfer_runtime.server.errors import APIError
 from kubeinfer_runtime.server.logprobs import LogprobFormatter
 from kubeinfer_runtime.server.protocol import (
-    AssistantMessage,
-    ChatChoice,
-    ChatChunkChoice,
-    ChatCompletionChunk,
     ChatCompletionRequest,
-    ChatCompletionResponse,
-    ChatDelta,
-    CompletionChoice,
-    CompletionLogprobs,
     CompletionRequest,
-    CompletionResponse,
-    FunctionCall,
     ModelCard,
     ModelList,
-    ToolCallOut,
     Usage,
 )
-from kubeinfer_runtime.server.tool_calls import Mode, ToolCall, ToolCallReader
+from kubeinfer_runtime.server.response_shapes import ChatShape, Choice, CompletionShape, Delta, Shape
 
 if TYPE_CHECKING:
     from kubeinfer_runtime.server.app import RuntimeState
@@ -71,7 +59,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     if body.echo:
         texts = [p if isinstance(p, str) else tokenizer.decode(p) for p in body.prompts()]
         echo = list(zip(texts, prompts, strict=True))
-    shape = _CompletionShape(
+    shape = CompletionShape(
         f"cmpl-{uuid.uuid4().hex}",
         int(time.time()),
         body.model,
@@ -97,7 +85,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     prompt_ids = tokenizer.encode(text, add_special_tokens=False)  # the template writes its own BOS
     _check_length(prompt_ids, rt.engine.max_model_len, "messages")
     max_tokens = body.requested_max_tokens() or rt.engine.max_model_len - len(prompt_ids)
-    shape = _ChatShape(
+    shape = ChatShape(
         f"chatcmpl-{uuid.uuid4().hex}",
         int(time.time()),
         body.model,
@@ -133,47 +121,21 @@ async def _abort_on_disconnect(request: Request, engine: AsyncEngine, request_id
         engine.abort(request_id)
 
 
-@dataclass
-class _Choice:
-    """One returned choice (a prompt's sequence) as its outputs accumulate."""
-
-    prompt: int  # which of the request's prompts
-    sequence: int  # which of that prompt's sequences
-    index: int = 0  # in the response
-    started: bool = False
-    text: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob | None] = field(default_factory=list)
-    finish_reason: str | None = None
-    cumulative_logprob: float = 0.0
-    offset: int = 0  # characters of text so far (the completions shape's text_offset)
-
-
-@dataclass
-class _Delta:
-    """What one output adds to its choice."""
-
-    text: str
-    token_ids: list[int]
-    logprobs: list[TokenLogprob | None]
-    finish_reason: str | None
-
-
 class _Choices:
     """The choices of one request: n per prompt (best_of of them generated when ranking)."""
 
-    def __init__(self, num_prompts: int, num_sequences: int, n: int, shape: _Shape) -> None:
+    def __init__(self, num_prompts: int, num_sequences: int, n: int, shape: Shape) -> None:
         self.n, self.shape = n, shape
         self.by_key = {
-            (k, j): _Choice(k, j, index=k * n + j) for k in range(num_prompts) for j in range(num_sequences)
+            (k, j): Choice(k, j, index=k * n + j) for k in range(num_prompts) for j in range(num_sequences)
         }
         self.prompt_logprobs: dict[int, list[TokenLogprob | None]] = {}
 
-    def add(self, prompt: int, out: RequestOutput) -> tuple[_Choice, _Delta]:
+    def add(self, prompt: int, out: RequestOutput) -> tuple[Choice, Delta]:
         choice = self.by_key[(prompt, out.index)]
         if out.prompt_logprobs is not None:
             self.prompt_logprobs[prompt] = out.prompt_logprobs
-        delta = _Delta(out.new_text, list(out.new_token_ids), list(out.new_logprobs), None)
+        delta = Delta(out.new_text, list(out.new_token_ids), list(out.new_logprobs), None)
         if not choice.started:
             choice.started = True
             self.shape.open(choice, delta, self.prompt_logprobs.get(prompt, []))
@@ -185,7 +147,7 @@ class _Choices:
         choice.cumulative_logprob = out.cumulative_logprob
         return choice, delta
 
-    def returned(self) -> list[_Choice]:
+    def returned(self) -> list[Choice]:
         """Every prompt's n choices: its n most likely sequences when best_of generated more."""
         chosen = []
         for k in sorted({k for k, _ in self.by_key}):
@@ -238,7 +200,7 @@ async def _generate(
     body: CompletionRequest | ChatCompletionRequest,
     prompts: list[list[int]],
     params: SamplingParams,
-    shape: _Shape,
+    shape: Shape,
     n: int,
 ) -> Response:
     priority = _priority(request, body)
@@ -312,176 +274,3 @@ async def _sse(
     finally:
         abort_all()  # a no-op unless the client went away mid-stream
     yield "data: [DONE]\n\n"
-
-
-@dataclass
-class _Shape:
-    """What differs between completions and chat completions: the response and chunk bodies."""
-
-    id: str
-    created: int
-    model: str
-    logprob_formatter: LogprobFormatter
-    with_logprobs: bool
-
-    def open(self, choice: _Choice, delta: _Delta, prompt_logprobs: list[TokenLogprob | None]) -> None:
-        """Adjust a choice's first delta (the completions shape prepends an echoed prompt)."""
-
-    def response(self, choices: list[_Choice], usage: Usage) -> dict:
-        raise NotImplementedError
-
-    def opening_chunks(self, indices: list[int]) -> list[dict]:
-        return []
-
-    def chunk(self, choice: _Choice, delta: _Delta) -> dict | None:
-        """The event for one output, or None when it adds nothing to send yet."""
-        raise NotImplementedError
-
-    def usage_chunk(self, usage: Usage) -> dict:
-        raise NotImplementedError
-
-
-@dataclass
-class _CompletionShape(_Shape):
-    echo: list[tuple[str, list[int]]] | None = None  # each prompt's text and token ids, when echoed
-
-    def open(self, choice: _Choice, delta: _Delta, prompt_logprobs: list[TokenLogprob | None]) -> None:
-        if self.echo is None:
-            return
-        text, prompt_ids = self.echo[choice.prompt]
-        delta.text = text + delta.text
-        if self.with_logprobs:
-            delta.token_ids = prompt_ids + delta.token_ids
-            delta.logprobs = prompt_logprobs + delta.logprobs
-
-    def _logprobs(
-        self, choice: _Choice, token_ids: list[int], logprobs: list[TokenLogprob | None]
-    ) -> CompletionLogprobs | None:
-        if not self.with_logprobs:
-            return None
-        out = self.logprob_formatter.completion(token_ids, logprobs, choice.offset)
-        if out.tokens:  # a stream's next chunk continues from here
-            choice.offset = out.text_offset[-1] + len(out.tokens[-1])
-        return out
-
-    def response(self, choices: list[_Choice], usage: Usage) -> dict:
-        body = []
-        for c in choices:
-            logprobs = self._logprobs(c, c.token_ids, c.logprobs)
-            body.append(
-                CompletionChoice(
-                    index=c.index, text="".join(c.text), logprobs=logprobs, finish_reason=c.finish_reason
-                )
-            )
-        return self._body(body, usage).model_dump()
-
-    def chunk(self, choice: _Choice, delta: _Delta) -> dict | None:
-        if not (delta.text or delta.finish_reason or (self.with_logprobs and delta.token_ids)):
-            return None
-        logprobs = self._logprobs(choice, delta.token_ids, delta.logprobs)
-        body = CompletionChoice(
-            index=choice.index, text=delta.text, logprobs=logprobs, finish_reason=delta.finish_reason
-        )
-        return self._body([body], None).model_dump()
-
-    def usage_chunk(self, usage: Usage) -> dict:
-        return self._body([], usage).model_dump()
-
-    def _body(self, choices: list[CompletionChoice], usage: Usage | None) -> CompletionResponse:
-        return CompletionResponse(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
-        )
-
-
-@dataclass
-class _ChatShape(_Shape):
-    tool_mode: Mode = "none"
-    named_tool: str | None = None
-    readers: dict[tuple[int, int], ToolCallReader] = field(default_factory=dict)  # per choice
-
-    def _reader(self, choice: _Choice) -> ToolCallReader:
-        key = (choice.prompt, choice.sequence)
-        if key not in self.readers:
-            self.readers[key] = ToolCallReader(self.tool_mode, self.named_tool)
-        return self.readers[key]
-
-    def _logprobs(self, logprobs: list[TokenLogprob | None]) -> Any:
-        if not self.with_logprobs:
-            return None
-        return self.logprob_formatter.chat([lp for lp in logprobs if lp is not None])
-
-    def _finish_reason(self, reader: ToolCallReader, reason: str | None) -> str | None:
-        # As OpenAI (and vLLM): "tool_calls" when the model chose to call; a named function is "stop".
-        called = reader.calls and self.tool_mode in ("auto", "required")
-        return "tool_calls" if called and reason == "stop" else reason
-
-    def response(self, choices: list[_Choice], usage: Usage) -> dict:
-        body = []
-        for c in choices:
-            reader = self._reader(c)
-            content, _ = reader.feed("".join(c.text))
-            content += reader.finish()[0]
-            calls = [
-                ToolCallOut(id=t.id, function=FunctionCall(name=t.name, arguments=t.arguments))
-                for t in reader.calls
-            ]
-            message = AssistantMessage(
-                content=None if calls and not content.strip() else content, tool_calls=calls
-            )
-            body.append(
-                ChatChoice(
-                    index=c.index,
-                    message=message,
-                    logprobs=self._logprobs(c.logprobs),
-                    finish_reason=self._finish_reason(reader, c.finish_reason),
-                )
-            )
-        response = ChatCompletionResponse(
-            id=self.id, created=self.created, model=self.model, choices=body, usage=usage
-        )
-        return response.model_dump()
-
-    def opening_chunks(self, indices: list[int]) -> list[dict]:
-        return [
-            self._chunk([ChatChunkChoice(index=i, delta=ChatDelta(role="assistant", content=""))], None)
-            for i in indices
-        ]
-
-    def chunk(self, choice: _Choice, delta: _Delta) -> dict | None:
-        reader = self._reader(choice)
-        content, progress = reader.feed(delta.text)
-        if delta.finish_reason:
-            rest, more = reader.finish()
-            content, progress = content + rest, progress + more
-        tool_calls = [_tool_call_delta(reader, item) for item in progress]
-        logprobs = self._logprobs(delta.logprobs)
-        if not (content or tool_calls or delta.finish_reason or (logprobs and logprobs.content)):
-            return None
-        body = ChatChunkChoice(
-            index=choice.index,
-            delta=ChatDelta(content=content or None, tool_calls=tool_calls or None),
-            logprobs=logprobs,
-            finish_reason=self._finish_reason(reader, delta.finish_reason),
-        )
-        return self._chunk([body], None)
-
-    def usage_chunk(self, usage: Usage) -> dict:
-        return self._chunk([], usage)
-
-    def _chunk(self, choices: list[ChatChunkChoice], usage: Usage | None) -> dict:
-        return ChatCompletionChunk(
-            id=self.id, created=self.created, model=self.model, choices=choices, usage=usage
-        ).model_dump(exclude_none=False)
-
-
-def _tool_call_delta(reader: ToolCallReader, item: ToolCall | str) -> dict[str, Any]:
-    """OpenAI's streamed shape: a call's id, name (and arguments) first, then argument pieces."""
-    if isinstance(item, str):  # more arguments of the one named call
-        return {"index": 0, "function": {"arguments": item}}
-    index = next(i for i, call in enumerate(reader.calls) if call.id == item.id)
-    return {
-        "index": index,
-        "id": item.id,
-        "type": "function",
-        "function": {"name": item.name, "arguments": item.arguments},
-    }
