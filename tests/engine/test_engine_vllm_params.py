@@ -1,5 +1,6 @@
-"""vLLM's extra sampling parameters the engine honours: min_tokens, repetition_penalty (against
-transformers' own processor), stop_token_ids and skip_special_tokens."""
+"""Sampling parameters beyond temperature / top-p / top-k: vLLM's min_tokens, repetition_penalty
+(against transformers' own processor), stop_token_ids, skip_special_tokens, and OpenAI's presence
+and frequency penalties."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from engine_helpers import random_prompts
 from transformers import AutoModelForCausalLM
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
+from kubeinfer_runtime.engine.logits import constrain
+from kubeinfer_runtime.engine.sequence import Sequence
 from kubeinfer_runtime.engine.types import FinishReason, SamplingParams
 from kubeinfer_runtime.tokenizer import Tokenizer
 
@@ -78,3 +81,16 @@ def test_skip_special_tokens_false_keeps_them_in_the_text(gqa_dir: Path) -> None
     assert "".join(kept.step(t) for t in [*word, end]) == "hello<|im_end|>"
     skipped = tokenizer.detokenizer([5])
     assert "".join(skipped.step(t) for t in [*word, end]) == "hello"
+
+
+def test_presence_and_frequency_penalties_count_output_tokens_only() -> None:
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25)
+    seq = Sequence("s", [7, 7, 3], params, 0, 0.0, 0, None, None)  # type: ignore[arg-type]
+    seq.token_ids += [3, 3, 5]  # the output so far
+    logits = torch.zeros(1, 10)
+    out = constrain(logits, [seq], frozenset())
+    expected = torch.zeros(10)
+    expected[3] = -(0.5 + 2 * 0.25)  # twice in the output
+    expected[5] = -(0.5 + 0.25)
+    torch.testing.assert_close(out[0], expected)  # 7, only in the prompt, is not penalised
+    assert torch.equal(logits, torch.zeros(1, 10))  # the input is kept

@@ -53,11 +53,22 @@ def test_min_tokens_and_stop_token_ids_are_honoured(client: openai.OpenAI, tiny_
     assert first not in [vocab[bytes(e.bytes)] for e in held.choices[0].logprobs.content[:5]]
 
 
-def test_repetition_penalty_ignore_eos_and_skip_special_tokens_are_honoured(client: openai.OpenAI) -> None:
+def test_penalties_ignore_eos_and_skip_special_tokens_are_honoured(client: openai.OpenAI) -> None:
     exact = complete(client, max_tokens=20, ignore_eos=True, skip_special_tokens=False)
     assert exact.usage.completion_tokens == 20
     penalized = complete(client, max_tokens=20, ignore_eos=True, repetition_penalty=3.0)
     assert penalized.choices[0].text != exact.choices[0].text
+    # OpenAI's own penalties, as the client sends them.
+    frequency = client.completions.create(
+        model=SERVED_MODEL,
+        prompt=PROMPT,
+        max_tokens=20,
+        temperature=0,
+        frequency_penalty=2.0,
+        presence_penalty=1.0,
+        extra_body={"ignore_eos": True},
+    )
+    assert frequency.choices[0].text != exact.choices[0].text
     with pytest.raises(openai.BadRequestError) as bad:
         complete(client, repetition_penalty=0)
     assert bad.value.param == "repetition_penalty"

@@ -52,6 +52,9 @@ def check_sampling_params(params: SamplingParams) -> None:
         raise ValueError(f"min_tokens must be in [0, max_tokens], got {params.min_tokens}")
     if params.repetition_penalty <= 0:
         raise ValueError(f"repetition_penalty must be > 0, got {params.repetition_penalty}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if not -2 <= getattr(params, name) <= 2:
+            raise ValueError(f"{name} must be in [-2, 2], got {getattr(params, name)}")
     for name in ("logprobs", "prompt_logprobs"):
         value = getattr(params, name)
         if value is not None and not 0 <= value <= MAX_LOGPROBS:

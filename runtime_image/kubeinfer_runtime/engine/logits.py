@@ -29,16 +29,18 @@ def token_logprobs(logprobs: torch.Tensor, token_ids: list[int], num_top: list[i
 def constrain(
     logits: torch.Tensor, seqs: list[Sequence], eos_token_ids: frozenset[int], parallel_masks: bool = False
 ) -> torch.Tensor:
-    """Row i of `logits` (sequence seqs[i]'s next token) after its request's rules; the input is kept.
+    """Row i of `logits` (sequence seqs[i]'s next token) after its request's rules (penalties,
+    min_tokens, a grammar's mask); the input is kept.
 
     `parallel_masks`: compute the grammars' masks on a thread pool (see `allowed_tokens`)."""
     penalized = [i for i, s in enumerate(seqs) if s.params.repetition_penalty != 1.0]
+    counted = [i for i, s in enumerate(seqs) if s.params.presence_penalty or s.params.frequency_penalty]
     # A grammar decides by itself when the output may end, so min_tokens leaves its rows alone.
     too_short = [
         i for i, s in enumerate(seqs) if s.num_output_tokens < s.params.min_tokens and s.matcher is None
     ]
     constrained = [i for i, s in enumerate(seqs) if s.matcher is not None]
-    if not (penalized or too_short or constrained):
+    if not (penalized or counted or too_short or constrained):
         return logits
     logits = logits.float().clone()
     for i in penalized:
@@ -46,6 +48,11 @@ def constrain(
         seen = torch.tensor(seqs[i].token_ids, device=logits.device).unique()
         values, penalty = logits[i, seen], seqs[i].params.repetition_penalty
         logits[i, seen] = torch.where(values > 0, values / penalty, values * penalty)
+    for i in counted:
+        params, vocab = seqs[i].params, logits.shape[-1]
+        output = torch.tensor(seqs[i].output_token_ids, dtype=torch.long, device=logits.device)
+        counts = torch.bincount(output, minlength=vocab)[:vocab].to(logits.dtype)
+        logits[i] -= params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
     for i in too_short:
         ends = sorted(eos_token_ids | set(seqs[i].params.stop_token_ids))
         logits[i, ends] = float("-inf")

@@ -29,6 +29,10 @@ class SamplingParams:
     ignore_eos: bool = False
     min_tokens: int = 0  # EOS and stop tokens are masked out until this many tokens are out
     repetition_penalty: float = 1.0  # vLLM's (CTRL's): >1 discourages every token already seen
+    # OpenAI's: subtracted from the logit of every token already in the output, once (presence) and
+    # per occurrence (frequency).
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     skip_special_tokens: bool = True  # in the output text
     # Log-probabilities, from the model's raw logits (before temperature, penalties or a grammar's
     # mask, as vLLM reports them): None is off, k >= 0 adds the k most likely tokens to each one.

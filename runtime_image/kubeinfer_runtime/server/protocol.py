@@ -91,8 +91,8 @@ class _GenerationRequest(BaseModel):
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = Field(None, min_length=1)
-    presence_penalty: Literal[0] = 0
-    frequency_penalty: Literal[0] = 0
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     logit_bias: None = None
 
     def grammar(self) -> Grammar | None:
@@ -135,6 +135,8 @@ class _GenerationRequest(BaseModel):
             ignore_eos=self.ignore_eos,
             min_tokens=self.min_tokens,
             repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
             skip_special_tokens=self.skip_special_tokens,
             grammar=self.grammar(),
             **({"n": self.n} | engine_fields),
