@@ -326,6 +326,8 @@ class LLMEngine:
         all_params = params if isinstance(params, list) else [params] * len(prompts)
         if len(all_params) != len(prompts):
             raise ValueError(f"got {len(all_params)} SamplingParams for {len(prompts)} prompts")
+        if any(p.n > 1 for p in all_params):
+            raise ValueError("generate() returns one output per prompt: n must be 1")
         ids = [f"generate-{next(self._arrivals)}" for _ in prompts]
         for request_id, prompt, p in zip(ids, prompts, all_params, strict=True):
             self.add_request(request_id, prompt, p)
