@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import llguidance
 from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as HFTokenizer
@@ -59,9 +60,13 @@ def _read_chat_template(model_dir: Path, config: dict[str, Any]) -> str | None:
 class IncrementalDetokenizer:
     """Turns ids into text one id at a time, never splitting a multi-byte character."""
 
-    def __init__(self, tokenizer: HFTokenizer, prompt_ids: list[int]) -> None:
+    def __init__(
+        self, tokenizer: HFTokenizer, prompt_ids: list[int], skip_special_tokens: bool = True
+    ) -> None:
         self._tokenizer = tokenizer
-        self._stream = DecodeStream(ids=prompt_ids[-_DETOKENIZER_CONTEXT_IDS:], skip_special_tokens=True)
+        self._stream = DecodeStream(
+            ids=prompt_ids[-_DETOKENIZER_CONTEXT_IDS:], skip_special_tokens=skip_special_tokens
+        )
 
     def step(self, token_id: int) -> str:
         """The text `token_id` completes; "" while a character is still partial."""
@@ -74,7 +79,9 @@ class Tokenizer:
         path = model_dir / "tokenizer.json"
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer.json in model directory {model_dir}")
+        self.path = path
         self._tokenizer = HFTokenizer.from_file(str(path))
+        self._bytes_tokenizer: llguidance.LLTokenizer | None = None
         config_path = model_dir / "tokenizer_config.json"
         config = json.loads(config_path.read_text()) if config_path.is_file() else {}
         self.bos_token: str | None = _token_text(config.get("bos_token"))
@@ -97,8 +104,17 @@ class Tokenizer:
     def decode(self, token_ids: list[int], skip_special_tokens: bool = True) -> str:
         return self._tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
 
-    def detokenizer(self, prompt_ids: list[int]) -> IncrementalDetokenizer:
-        return IncrementalDetokenizer(self._tokenizer, prompt_ids)
+    def token_bytes(self, token_id: int) -> bytes:
+        """The exact bytes of one token (a byte-level token may be part of a UTF-8 character)."""
+        if self._bytes_tokenizer is None:
+            # llguidance (also the grammar engine) knows each token's bytes for every tokenizer kind.
+            self._bytes_tokenizer = llguidance.LLTokenizer(str(self.path))
+        if not 0 <= token_id < self._bytes_tokenizer.vocab_size:
+            return b""  # a padding id past the tokenizer's vocabulary
+        return self._bytes_tokenizer.decode_bytes([token_id])
+
+    def detokenizer(self, prompt_ids: list[int], skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        return IncrementalDetokenizer(self._tokenizer, prompt_ids, skip_special_tokens)
 
     def apply_chat_template(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, **kwargs: Any

@@ -78,7 +78,7 @@ def test_prefill_logits_match_transformers(
         engine.add_request(str(i), prompt, GREEDY)
     scheduled = engine.scheduler.schedule(now=0.0)
     assert len(scheduled.seqs) == len(PROMPTS)  # one batched prefill of every prompt
-    seqs, logits = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+    seqs, logits, _ = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
     assert len(seqs) == len(PROMPTS)
     for seq, row in zip(seqs, logits, strict=True):
         expected = reference(preset).last_logits[int(seq.request_id)]
@@ -168,7 +168,7 @@ def test_bfloat16_prefill_logits_stay_close_to_float32(
     for i, prompt in enumerate(PROMPTS):
         engine.add_request(str(i), prompt, GREEDY)
     scheduled = engine.scheduler.schedule(now=0.0)
-    seqs, logits = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+    seqs, logits, _ = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
     for seq, row in zip(seqs, logits, strict=True):
         expected = reference("llama-gqa").last_logits[int(seq.request_id)]
         torch.testing.assert_close(row.float(), expected, rtol=0.02, atol=0.1)

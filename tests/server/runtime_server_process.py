@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,3 +100,14 @@ def start_server(model_dir: Path, log_dir: Path, *args: str, api_key: str | None
     with log_path.open("w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     return LiveServer(process, f"http://127.0.0.1:{port}", log_path, api_key)
+
+
+@contextlib.contextmanager
+def running_server(model_dir: Path, log_dir: Path, *args: str) -> Iterator[LiveServer]:
+    """A ready server for the block's duration (a module fixture's body), killed afterwards."""
+    live = start_server(model_dir, log_dir, *args)
+    try:
+        live.wait_ready()
+        yield live
+    finally:
+        live.kill()

@@ -59,6 +59,9 @@ class Target:
     timeout_s: float = 600.0
     ignore_eos: bool = True  # generate exactly max_tokens, so output lengths follow the workload
     api_key: str | None = None
+    # OpenAI's response_format, sent with every request to measure structured outputs' cost; the
+    # output then ends where the grammar does, ignore_eos or not.
+    response_format: dict | None = None
 
 
 def request_body(target: Target, spec: RequestSpec) -> tuple[str, dict]:
@@ -72,6 +75,8 @@ def request_body(target: Target, spec: RequestSpec) -> tuple[str, dict]:
     }
     if target.ignore_eos:
         body["ignore_eos"] = True
+    if target.response_format is not None:
+        body["response_format"] = target.response_format
     if spec.messages is not None:
         return "/v1/chat/completions", {**body, "messages": spec.messages}
     return "/v1/completions", {**body, "prompt": spec.prompt}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import random
 import sys
@@ -56,6 +57,21 @@ def rate_list(text: str) -> list[float]:
     return [positive_float(part) for part in text.split(",")]
 
 
+def response_format(text: str) -> dict:
+    """--response-format: "json_object", or a file with a response_format object or a JSON schema."""
+    if text == "json_object":
+        return {"type": "json_object"}
+    try:
+        value = json.loads(Path(text).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise argparse.ArgumentTypeError(f"{text}: {e}") from e
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text}: expected a JSON object")
+    if value.get("type") in ("text", "json_object", "json_schema"):
+        return value
+    return {"type": "json_schema", "json_schema": {"name": "bench", "schema": value, "strict": True}}
+
+
 def add_target_arguments(parser: argparse._ActionsContainer, model_flag: str = "--model") -> None:
     parser.add_argument(
         model_flag, dest="served_model", help="model name to request (default: the first at /v1/models)"
@@ -63,6 +79,13 @@ def add_target_arguments(parser: argparse._ActionsContainer, model_flag: str = "
     parser.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY'")
     parser.add_argument(
         "--timeout", type=positive_float, default=600.0, help="seconds per request (default 600)"
+    )
+    parser.add_argument(
+        "--response-format",
+        type=response_format,
+        metavar="json_object|PATH",
+        help="send a response_format with every request: json_object, or a JSON file holding a "
+        "response_format object or a bare JSON schema (sent as a strict json_schema)",
     )
     parser.add_argument(
         "--no-ignore-eos",
@@ -184,7 +207,7 @@ def request_factory(args: argparse.Namespace, rng: random.Random) -> Callable[[i
 async def resolve_target(client: httpx.AsyncClient, args: argparse.Namespace, url: str) -> Target:
     base_url = url.rstrip("/").removesuffix("/v1")
     model = args.served_model or await discover_model(client, base_url)
-    return Target(base_url, model, args.timeout, args.ignore_eos, args.api_key)
+    return Target(base_url, model, args.timeout, args.ignore_eos, args.api_key, args.response_format)
 
 
 async def bench(args: argparse.Namespace, slo: Slo) -> tuple[Target, list[PointResult]]:
@@ -244,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
             "burstiness": args.burstiness,
             "max_concurrency": args.max_concurrency,
             "seed": args.seed,
+            "response_format": args.response_format,
         }
         write_json(args.json, to_json(runs, knee, slo, config))
     if args.plot:

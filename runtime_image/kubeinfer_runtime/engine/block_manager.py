@@ -44,8 +44,8 @@ class BlockManager:
 
     def lookup(self, seq: Sequence) -> list[int]:
         """Blocks holding the longest cached prefix of `seq`, always leaving one token to compute
-        (its logits give the next token)."""
-        if not self.enable_prefix_caching:
+        (its logits give the next token). Nothing for a prompt whose every position's logits are wanted."""
+        if not self.enable_prefix_caching or seq.needs_prompt_logits:
             return []
         hits: list[int] = []
         for i in range((seq.num_tokens - 1) // self.block_size):

@@ -5,6 +5,7 @@ Not thread-safe: one thread (the server's engine loop) calls every method.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -16,11 +17,19 @@ from tqdm import tqdm
 
 from kubeinfer_runtime.engine.block_manager import BlockManager
 from kubeinfer_runtime.engine.config import EngineConfig
-from kubeinfer_runtime.engine.model_runner import ModelRunner
+from kubeinfer_runtime.engine.logits import constrain, token_logprobs
+from kubeinfer_runtime.engine.model_runner import ModelRunner, PromptLogits
 from kubeinfer_runtime.engine.sampler import sample
 from kubeinfer_runtime.engine.scheduler import Scheduler
 from kubeinfer_runtime.engine.sequence import Sequence
-from kubeinfer_runtime.engine.types import EngineStats, FinishReason, RequestOutput, SamplingParams
+from kubeinfer_runtime.engine.structured import GrammarCompiler
+from kubeinfer_runtime.engine.types import (
+    EngineStats,
+    FinishReason,
+    RequestOutput,
+    SamplingParams,
+    TokenLogprob,
+)
 from kubeinfer_runtime.models.loader import read_hf_config
 from kubeinfer_runtime.models.registry import parse_model_config
 from kubeinfer_runtime.tokenizer import Tokenizer
@@ -37,6 +46,22 @@ def check_sampling_params(params: SamplingParams) -> None:
         raise ValueError(f"top_k must be -1, 0 (both: disabled) or positive, got {params.top_k}")
     if any(not s for s in params.stop):
         raise ValueError("stop strings must be non-empty")
+    if params.n < 1:
+        raise ValueError(f"n must be >= 1, got {params.n}")
+    if params.min_tokens < 0 or params.min_tokens > params.max_tokens:
+        raise ValueError(f"min_tokens must be in [0, max_tokens], got {params.min_tokens}")
+    if params.repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {params.repetition_penalty}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if not -2 <= getattr(params, name) <= 2:
+            raise ValueError(f"{name} must be in [-2, 2], got {getattr(params, name)}")
+    for name in ("logprobs", "prompt_logprobs"):
+        value = getattr(params, name)
+        if value is not None and not 0 <= value <= MAX_LOGPROBS:
+            raise ValueError(f"{name} must be in [0, {MAX_LOGPROBS}], got {value}")
+
+
+MAX_LOGPROBS = 20  # alternatives per position, OpenAI's limit for top_logprobs
 
 
 def find_stop(text: str, stops: tuple[str, ...], new_from: int) -> int | None:
@@ -70,7 +95,13 @@ class LLMEngine:
         self.block_manager = BlockManager(plan.num_blocks, plan.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.generator = torch.Generator(self.model_runner.device).manual_seed(config.seed)
-        self.sequences: dict[str, Sequence] = {}  # unfinished requests
+        self.grammars = GrammarCompiler(
+            str(model_dir / "tokenizer.json"), self.model_config.vocab_size, sorted(self.eos_token_ids)
+        )
+        # Unfinished requests -> their n sequences; index 0 prefills the prompt, and the others
+        # wait here until its blocks are in the prefix cache, then start from them.
+        self.sequences: dict[str, list[Sequence]] = {}
+        self._siblings: dict[str, list[Sequence]] = {}
         self._aborted: list[Sequence] = []  # aborted since the last step, which reports them
         self._arrivals = itertools.count()
 
@@ -99,29 +130,55 @@ class LLMEngine:
         if any(not 0 <= t < vocab for t in prompt_token_ids):
             raise ValueError(f"prompt_token_ids must be in [0, {vocab}) (the model's vocab_size)")
         check_sampling_params(params)
-        generator = None
-        if params.seed is not None:
-            generator = torch.Generator(self.model_runner.device).manual_seed(params.seed)
-        seq = Sequence(
-            request_id,
-            prompt_token_ids,
-            params,
-            priority,
-            time.monotonic() if arrival_time is None else arrival_time,
-            next(self._arrivals),
-            self.tokenizer.detokenizer(prompt_token_ids),
-            generator,
-        )
-        self.sequences[request_id] = seq
-        self.scheduler.add(seq)
+        matcher = self.grammars.matcher(params.grammar) if params.grammar is not None else None
+        arrival = time.monotonic() if arrival_time is None else arrival_time
+        seqs = []
+        for index in range(params.n):
+            # Each sequence samples on its own: a seeded request's i-th one uses seed + i (as vLLM).
+            own = (
+                params
+                if index == 0
+                else dataclasses.replace(
+                    params, prompt_logprobs=None, seed=None if params.seed is None else params.seed + index
+                )
+            )
+            generator = None
+            if own.seed is not None:
+                generator = torch.Generator(self.model_runner.device).manual_seed(own.seed)
+            seq = Sequence(
+                request_id,
+                prompt_token_ids,
+                own,
+                priority,
+                arrival,
+                next(self._arrivals),
+                self.tokenizer.detokenizer(prompt_token_ids, params.skip_special_tokens),
+                generator,
+                index,
+                matcher.fork() if matcher is not None and index else matcher,
+            )
+            if own.prompt_logprobs is not None:
+                seq.prompt_logprobs.append(None)  # the first prompt token has no logprob
+            seqs.append(seq)
+        self.sequences[request_id] = seqs
+        self.scheduler.add(seqs[0])
+        if self.config.enable_prefix_caching:
+            self._siblings[request_id] = seqs[1:]
+        else:  # nothing to share: they prefill alongside
+            for seq in seqs[1:]:
+                self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> None:
-        seq = self.sequences.pop(request_id, None)
-        if seq is None:
+        seqs = self.sequences.pop(request_id, None)
+        if seqs is None:
             return
-        self.scheduler.remove(seq)
-        seq.finish_reason = FinishReason.ABORT
-        self._aborted.append(seq)
+        not_started = self._siblings.pop(request_id, [])
+        for seq in seqs:
+            if seq.finish_reason is None:
+                if all(seq is not s for s in not_started):
+                    self.scheduler.remove(seq)
+                seq.finish_reason = FinishReason.ABORT
+                self._aborted.append(seq)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.sequences or self._aborted)
@@ -132,31 +189,68 @@ class LLMEngine:
         scheduled = self.scheduler.schedule(time.monotonic())
         if not scheduled.seqs:
             return outputs
-        sampled, logits = self.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+        sampled, logits, prompt_logits = self.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
+        for part in prompt_logits:
+            self._record_prompt_logprobs(part)
+        # Log-probabilities come from the raw logits, before any rule below changes them.
+        wants = [i for i, s in enumerate(sampled) if s.params.logprobs is not None]
+        raw = logits[wants].float().log_softmax(dim=-1) if wants else None
+        logits = constrain(logits, sampled, self.eos_token_ids, self.model_runner.device.type == "cuda")
         tokens = sample(logits, [s.params for s in sampled], [s.generator for s in sampled], self.generator)
+        logprobs: dict[int, TokenLogprob] = {}
+        if raw is not None:
+            chosen = [tokens[i] for i in wants]
+            num_top = [sampled[i].params.logprobs or 0 for i in wants]
+            logprobs = dict(zip(wants, token_logprobs(raw, chosen, num_top), strict=True))
         now = time.monotonic()
         for seq, num_new in zip(scheduled.seqs, scheduled.num_new_tokens, strict=True):
             seq.num_computed_tokens += num_new
             self.block_manager.cache_full_blocks(seq)
-        for seq, token in zip(sampled, tokens, strict=True):
-            outputs.append(self._append_token(seq, token, now))
+        for i, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):
+            outputs.append(self._append_token(seq, token, now, logprobs.get(i)))
+            if seq.index == 0:
+                self._start_siblings(seq.request_id)
         return outputs
 
-    def _append_token(self, seq: Sequence, token: int, now: float) -> RequestOutput:
+    def _start_siblings(self, request_id: str) -> None:
+        """The prompt's blocks are cached now: the other n - 1 sequences start from them."""
+        for seq in self._siblings.pop(request_id, []):
+            self.scheduler.add(seq)
+
+    def _record_prompt_logprobs(self, part: PromptLogits) -> None:
+        seq = part.seq
+        skip = len(seq.prompt_logprobs) - 1 - part.start  # positions already recorded (a recompute)
+        rows = part.logits[max(skip, 0) :].float().log_softmax(dim=-1)
+        first = part.start + max(skip, 0) + 1
+        targets = seq.token_ids[first : first + rows.shape[0]]
+        num_top = [seq.params.prompt_logprobs or 0] * len(targets)
+        seq.prompt_logprobs += token_logprobs(rows, targets, num_top)
+
+    def _append_token(
+        self, seq: Sequence, token: int, now: float, logprob: TokenLogprob | None
+    ) -> RequestOutput:
         params = seq.params
         seq.token_ids.append(token)
+        if logprob is not None:
+            seq.cumulative_logprob += logprob.logprob
         if seq.first_token_time is None:
             seq.first_token_time = now
+        if seq.matcher is not None:
+            seq.matcher.advance(token)
         reason = None
         if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
             reason = FinishReason.STOP  # the stop token's text is not part of the output
         else:
             checked = len(seq.output_text)
             seq.output_text += seq.detokenizer.step(token)
-            cut = find_stop(seq.output_text, params.stop, checked) if params.stop else None
+            # Stop strings count only from min_tokens on, as in vLLM.
+            stops = params.stop if seq.num_output_tokens > params.min_tokens else ()
+            cut = find_stop(seq.output_text, stops, checked) if stops else None
             if cut is not None:
                 seq.output_text = seq.output_text[:cut]
                 reason = FinishReason.STOP
+            elif seq.matcher is not None and seq.matcher.is_finished:
+                reason = FinishReason.STOP  # the grammar is complete
         if reason is None and (
             seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len
         ):
@@ -167,14 +261,25 @@ class LLMEngine:
             emit_to = max(seq.num_text_emitted, len(seq.output_text) - holdback)
         else:
             seq.finish_reason = reason
-            del self.sequences[seq.request_id]
             self.scheduler.remove(seq)
+            if all(s.finish_reason is not None for s in self.sequences[seq.request_id]):
+                del self.sequences[seq.request_id]
             emit_to = len(seq.output_text)
         new_text = seq.output_text[seq.num_text_emitted : emit_to]
         seq.num_text_emitted = emit_to
-        return self._output(seq, [token], new_text, now)
+        return self._output(seq, [token], new_text, now, [logprob] if logprob is not None else [])
 
-    def _output(self, seq: Sequence, new_tokens: list[int], new_text: str, now: float) -> RequestOutput:
+    def _output(
+        self,
+        seq: Sequence,
+        new_tokens: list[int],
+        new_text: str,
+        now: float,
+        new_logprobs: list[TokenLogprob] | None = None,
+    ) -> RequestOutput:
+        prompt_logprobs = None
+        if seq.params.prompt_logprobs is not None and not seq.prompt_logprobs_sent:
+            prompt_logprobs, seq.prompt_logprobs_sent = seq.prompt_logprobs, True
         return RequestOutput(
             request_id=seq.request_id,
             new_token_ids=new_tokens,
@@ -188,6 +293,11 @@ class LLMEngine:
             first_scheduled_time=seq.first_scheduled_time,
             first_token_time=seq.first_token_time,
             token_times=[now] * len(new_tokens),
+            index=seq.index,
+            request_finished=seq.request_id not in self.sequences,
+            new_logprobs=new_logprobs or [],
+            prompt_logprobs=prompt_logprobs,
+            cumulative_logprob=seq.cumulative_logprob,
         )
 
     def stats(self) -> EngineStats:
@@ -216,6 +326,8 @@ class LLMEngine:
         all_params = params if isinstance(params, list) else [params] * len(prompts)
         if len(all_params) != len(prompts):
             raise ValueError(f"got {len(all_params)} SamplingParams for {len(prompts)} prompts")
+        if any(p.n > 1 for p in all_params):
+            raise ValueError("generate() returns one output per prompt: n must be 1")
         ids = [f"generate-{next(self._arrivals)}" for _ in prompts]
         for request_id, prompt, p in zip(ids, prompts, all_params, strict=True):
             self.add_request(request_id, prompt, p)
@@ -225,5 +337,5 @@ class LLMEngine:
                 for out in self.step():
                     if out.request_id in results:
                         results[out.request_id] += out.new_token_ids
-                        bar.update(out.finished)
+                        bar.update(out.request_finished)
         return [results[request_id] for request_id in ids]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -50,6 +51,15 @@ def usable_cpus() -> int:
         if quota != "max":
             cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
     return cpus
+
+
+@dataclass(frozen=True)
+class PromptLogits:
+    """Logits at prompt positions start, start + 1, ...: each predicts the prompt's next token."""
+
+    seq: Sequence
+    start: int
+    logits: torch.Tensor
 
 
 def _slots(block_table: list[int], start: int, end: int, block_size: int) -> torch.Tensor:
@@ -117,12 +127,19 @@ class ModelRunner:
         return torch.tensor(table, device=self.device), torch.tensor(context_lens, device=self.device)
 
     @torch.inference_mode()
-    def execute(self, seqs: list[Sequence], num_new_tokens: list[int]) -> tuple[list[Sequence], torch.Tensor]:
+    def execute(
+        self, seqs: list[Sequence], num_new_tokens: list[int]
+    ) -> tuple[list[Sequence], torch.Tensor, list[PromptLogits]]:
         """Compute the scheduled tokens; returns the sequences that reached their last token (in
-        batch order) and their next-token logits [len(those), vocab]."""
+        batch order), their next-token logits [len(those), vocab], and the logits of the prompt
+        positions computed for sequences that asked for prompt logprobs."""
         bs, device = self.block_size, self.device
-        decodes = [seq for seq, n in zip(seqs, num_new_tokens, strict=True) if n == 1]
-        prefills = [(seq, n) for seq, n in zip(seqs, num_new_tokens, strict=True) if n > 1]
+        # A one-token prompt chunk whose logits are wanted takes the prefill path, which keeps them.
+        is_decode = [
+            n == 1 and not seq.needs_prompt_logits for seq, n in zip(seqs, num_new_tokens, strict=True)
+        ]
+        decodes = [seq for seq, d in zip(seqs, is_decode, strict=True) if d]
+        prefills = [(seq, n) for seq, n, d in zip(seqs, num_new_tokens, is_decode, strict=True) if not d]
         positions = [seq.num_computed_tokens for seq in decodes]
         token_ids = [seq.token_ids[p] for seq, p in zip(decodes, positions, strict=True)]
         slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(decodes, positions, strict=True)]
@@ -132,6 +149,7 @@ class ModelRunner:
         position_parts = [torch.tensor(positions, dtype=torch.long)]
         slot_parts = [torch.tensor(slots, dtype=torch.long)]
         spans: list[PrefillSpan] = []
+        prompt_rows: list[tuple[Sequence, int, int, int]] = []  # (seq, first position, row span)
         row = len(decodes)
         for seq, n in prefills:
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
@@ -139,6 +157,8 @@ class ModelRunner:
             position_parts.append(torch.arange(start, end))
             slot_parts.append(_slots(seq.block_table, start, end, bs))
             spans.append(PrefillSpan(row, row + n, self._context(seq, end) if start else None))
+            if seq.needs_prompt_logits and (last := min(end, seq.num_prompt_tokens - 1)) > start:
+                prompt_rows.append((seq, start, row, row + last - start))
             row += n
             if end == seq.num_tokens:
                 sampled.append(seq)
@@ -159,5 +179,11 @@ class ModelRunner:
             prefills=spans,
         )
         input_ids = torch.tensor(token_ids, device=device)
+        for _, _, first, end in prompt_rows:
+            logit_rows += range(first, end)
         logits = self.model(input_ids, batch, torch.tensor(logit_rows, dtype=torch.long, device=device))
-        return sampled, logits
+        prompt_logits, at = [], len(sampled)
+        for seq, start, first, end in prompt_rows:
+            prompt_logits.append(PromptLogits(seq, start, logits[at : at + end - first]))
+            at += end - first
+        return sampled, logits[: len(sampled)], prompt_logits

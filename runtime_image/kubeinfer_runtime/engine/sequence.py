@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from enum import Enum, auto
+from typing import TYPE_CHECKING
 
 import torch
 
-from kubeinfer_runtime.engine.types import FinishReason, SamplingParams
+from kubeinfer_runtime.engine.types import FinishReason, SamplingParams, TokenLogprob
 from kubeinfer_runtime.tokenizer import IncrementalDetokenizer
+
+if TYPE_CHECKING:
+    from kubeinfer_runtime.engine.structured import Matcher
 
 
 class SequenceStatus(Enum):
@@ -27,8 +31,12 @@ class Sequence:
         arrival_index: int,
         detokenizer: IncrementalDetokenizer,
         generator: torch.Generator | None,
+        index: int = 0,
+        matcher: Matcher | None = None,
     ) -> None:
         self.request_id = request_id
+        self.index = index  # among the request's n sequences
+        self.matcher = matcher  # the grammar's state, when the output is constrained
         self.params = params
         self.priority = priority
         self.arrival_time = arrival_time
@@ -51,6 +59,9 @@ class Sequence:
         self.finish_reason: FinishReason | None = None
         self.first_scheduled_time: float | None = None
         self.first_token_time: float | None = None
+        self.cumulative_logprob = 0.0
+        self.prompt_logprobs: list[TokenLogprob | None] = []  # filled as the prompt is prefilled
+        self.prompt_logprobs_sent = False
 
     @property
     def num_tokens(self) -> int:
@@ -63,6 +74,11 @@ class Sequence:
     @property
     def output_token_ids(self) -> list[int]:
         return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def needs_prompt_logits(self) -> bool:
+        """Whether the prefill must keep the logits of every prompt position (echo + logprobs)."""
+        return self.params.prompt_logprobs is not None and len(self.prompt_logprobs) < self.num_prompt_tokens
 
     @property
     def is_finished(self) -> bool:

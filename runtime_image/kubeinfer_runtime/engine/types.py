@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Literal
 
 
 class FinishReason(StrEnum):
@@ -26,6 +27,36 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    min_tokens: int = 0  # EOS and stop tokens are masked out until this many tokens are out
+    repetition_penalty: float = 1.0  # vLLM's (CTRL's): >1 discourages every token already seen
+    # OpenAI's: subtracted from the logit of every token already in the output, once (presence) and
+    # per occurrence (frequency).
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    skip_special_tokens: bool = True  # in the output text
+    # Log-probabilities, from the model's raw logits (before temperature, penalties or a grammar's
+    # mask, as vLLM reports them): None is off, k >= 0 adds the k most likely tokens to each one.
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None  # the same for every prompt token after the first
+    n: int = 1  # sequences sampled from the one prompt, which is prefilled once
+    grammar: Grammar | None = None  # constrains every output token (structured outputs)
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A constraint on the output, in a form llguidance compiles (see engine/structured.py)."""
+
+    kind: Literal["json_schema", "json_object", "lark", "regex"]
+    source: str  # the JSON schema as JSON text, the Lark grammar or the regular expression
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One position's log-probability and, if asked for, its most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, logprob), most likely first
 
 
 @dataclass
@@ -45,6 +76,12 @@ class RequestOutput:
     first_scheduled_time: float | None = None
     first_token_time: float | None = None
     token_times: list[float] = field(default_factory=list)  # the times of new_token_ids
+    index: int = 0  # which of the request's n sequences this is
+    request_finished: bool = True  # every one of the request's sequences has finished
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)  # of new_token_ids, if asked for
+    # Once, with a sequence's first output, if asked for: None for the first prompt token.
+    prompt_logprobs: list[TokenLogprob | None] | None = None
+    cumulative_logprob: float = 0.0  # of the output so far (tracked when logprobs are asked for)
 
 
 @dataclass

@@ -65,12 +65,13 @@ class TrackedRequest:
     request_id: str
     arrival_time: float
     num_prompt_tokens: int
+    num_sequences: int = 1  # the request's n
     outputs: asyncio.Queue[RequestOutput | APIError] = field(default_factory=asyncio.Queue)
     scheduled_time: float | None = None
     first_token_time: float | None = None
     last_token_time: float | None = None
     num_cached_prompt_tokens: int = 0
-    num_output_tokens: int = 0
+    num_output_tokens: int = 0  # of all its sequences
     abort_outcome: str = "cancelled"  # what a FinishReason.ABORT counts as
     outcome: str | None = None  # set once finished
 
@@ -167,7 +168,7 @@ class AsyncEngine:
         if not admits(self.in_flight, self.limits):
             self.metrics.count_request("rejected")
             raise errors.queue_full(retry_after_s(self.in_flight, self.limits.max_running, self._mean_e2e_s))
-        tracked = TrackedRequest(request_id, arrival_time, len(prompt_token_ids))
+        tracked = TrackedRequest(request_id, arrival_time, len(prompt_token_ids), params.n)
         self._requests[request_id] = tracked
         self._commands.put(_Add(request_id, prompt_token_ids, params, priority, arrival_time))
         return tracked
@@ -223,7 +224,7 @@ class AsyncEngine:
             if tracked is None:
                 continue
             self._account(tracked, out, now)
-            if not out.finished:
+            if not out.request_finished:
                 tracked.outputs.put_nowait(out)
                 continue
             del self._requests[out.request_id]
@@ -233,23 +234,28 @@ class AsyncEngine:
                 tracked.outputs.put_nowait(out)
 
     def _account(self, tracked: TrackedRequest, out: RequestOutput, now: float) -> None:
-        """Metrics for one output, observed as it happens (queue time when first scheduled)."""
+        """Metrics for one output, observed as it happens (queue time when first scheduled).
+
+        Timings follow the request's first sequence, which prefills the prompt (the others of an
+        n > 1 request start from its cached blocks); token counts cover them all.
+        """
         m = self.metrics
-        if tracked.scheduled_time is None and out.first_scheduled_time is not None:
-            tracked.scheduled_time = out.first_scheduled_time
-            m.queue_time.observe(out.first_scheduled_time - tracked.arrival_time)
-        for token_time in out.token_times:
-            if tracked.first_token_time is None:
-                tracked.first_token_time = token_time
-                m.ttft.observe(token_time - tracked.arrival_time)
-                m.prompt_tokens.inc(out.num_prompt_tokens)
-            elif tracked.last_token_time is not None:
-                m.itl.observe(token_time - tracked.last_token_time)
-            tracked.last_token_time = token_time
+        if out.index == 0:
+            if tracked.scheduled_time is None and out.first_scheduled_time is not None:
+                tracked.scheduled_time = out.first_scheduled_time
+                m.queue_time.observe(out.first_scheduled_time - tracked.arrival_time)
+            for token_time in out.token_times:
+                if tracked.first_token_time is None:
+                    tracked.first_token_time = token_time
+                    m.ttft.observe(token_time - tracked.arrival_time)
+                    m.prompt_tokens.inc(out.num_prompt_tokens)
+                elif tracked.last_token_time is not None:
+                    m.itl.observe(token_time - tracked.last_token_time)
+                tracked.last_token_time = token_time
+            tracked.num_cached_prompt_tokens = out.num_cached_prompt_tokens
         m.generation_tokens.inc(len(out.new_token_ids))
-        tracked.num_cached_prompt_tokens = out.num_cached_prompt_tokens
-        tracked.num_output_tokens = out.num_output_tokens
-        if not out.finished:
+        tracked.num_output_tokens += len(out.new_token_ids)
+        if not out.request_finished:
             return
         tracked.outcome = "success" if out.finish_reason != FinishReason.ABORT else tracked.abort_outcome
         m.count_request(tracked.outcome)
@@ -258,9 +264,10 @@ class AsyncEngine:
         e2e = now - tracked.arrival_time
         m.e2e.observe(e2e)
         self._mean_e2e_s = e2e if self._mean_e2e_s == 0 else 0.9 * self._mean_e2e_s + 0.1 * e2e
-        if tracked.first_token_time is not None and tracked.num_output_tokens > 1:
+        per_sequence = tracked.num_output_tokens / tracked.num_sequences
+        if tracked.first_token_time is not None and per_sequence > 1:
             ttft = tracked.first_token_time - tracked.arrival_time
-            m.tpot.observe((e2e - ttft) / (tracked.num_output_tokens - 1))
+            m.tpot.observe((e2e - ttft) / (per_sequence - 1))
 
     # ---- engine thread ---------------------------------------------------------------------------
 
@@ -308,7 +315,7 @@ class AsyncEngine:
                 continue
             outputs = engine.step()
             for out in outputs:
-                if out.first_scheduled_time is not None or out.finished:
+                if out.first_scheduled_time is not None or out.request_finished:
                     unscheduled.pop(out.request_id, None)
             if self._fault_token_latency_s and outputs:
                 time.sleep(self._fault_token_latency_s)
