@@ -11,6 +11,7 @@ nothing the operator wrote outside status.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from kubeinfer_operator.kube import Kube, load_client
 from kubeinfer_operator.leader import Leadership
 from kubeinfer_operator.names import GROUP, KIND, LABEL_ISVC, PLURAL, VERSION
 from kubeinfer_operator.reconcile import reconcile
+from kubeinfer_operator.service_metrics import ServiceMetrics, serve
 from kubeinfer_operator.settings import Settings, load_settings
 from kubeinfer_operator.workqueue import Key, WorkQueue
 
@@ -37,6 +39,7 @@ class Operator:
     leadership: Leadership | None  # None: leader election off (one replica, or development)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # referenced, so never collected
     autoscaler: Autoscaler | None = None
+    metrics: ServiceMetrics | None = None  # the operator's /metrics, when settings.metrics_port is set
 
     def leading(self) -> bool:
         return self.leadership is None or self.leadership.leading.is_set()
@@ -84,6 +87,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     kube = Kube(load_client())
     operator = Operator(config, kube, WorkQueue(lambda key: operator.process(key)), None)
     operator.autoscaler = Autoscaler(kube, config, operator.queue.add)
+    if config.metrics_port:
+        operator.metrics = serve(config.metrics_port)
     if config.leader_election:
 
         def elected() -> None:
@@ -109,8 +114,15 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def inference_service_changed(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+async def inference_service_changed(
+    name: str, namespace: str, body: kopf.Body, type: str, memo: kopf.Memo, **_: Any
+) -> None:
     memo.operator.queue.add((namespace, name))
+    if (metrics := memo.operator.metrics) is not None:
+        if type == "DELETED":
+            metrics.forget(namespace, name)
+        else:
+            metrics.observe(namespace, name, copy.deepcopy(dict(body.get("status") or {})))
 
 
 def _owner(body: kopf.Body, labels: kopf.Labels) -> str:

@@ -26,6 +26,7 @@ _PATHS = {
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "HTTPRoute": ("/apis/gateway.networking.k8s.io/v1", "httproutes"),  # only where Gateway API is installed
+    "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules"),  # only with Prometheus Operator
 }
 REQUEST_TIMEOUT_SECONDS = 30
 

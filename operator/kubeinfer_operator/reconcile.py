@@ -42,12 +42,14 @@ from kubeinfer_operator.rollout.state_machine import RolloutEvent
 from kubeinfer_operator.rollout_controller import Judge, plan_canary, prometheus_judge
 from kubeinfer_operator.router_render import router_labels
 from kubeinfer_operator.settings import Settings
+from kubeinfer_operator.slo_alerts import alert_objects
 from kubeinfer_operator.status import (
     Observation,
     RevisionView,
     degraded_condition,
     invalid_spec_conditions,
     is_warning,
+    kstatus_conditions,
     progressing_condition,
     ready_condition,
 )
@@ -71,6 +73,9 @@ class Plan:
 # trafficRouting leaves them behind, and the reconcile deletes what its plan no longer renders. Replica
 # Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
 TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
+# Owned objects deleted when the plan stops rendering them: the traffic kinds, and the SLO's alert rules
+# (alerts switched off, or an engine whose metrics carry no objectives).
+PRUNED_KINDS = (*TRAFFIC_KINDS, "PrometheusRule")
 
 
 def traffic_selector(kind: str, name: str) -> dict[str, str]:
@@ -113,9 +118,11 @@ def _status(
 ) -> tuple[dict[str, Any], tuple[Transition, ...]]:
     previous = (isvc.get("status") or {}).get("conditions") or []
     generation = isvc["metadata"].get("generation", 0)
+    # Reconciling / Stalled restate the others for kstatus readers: in status, but no Events of their own.
+    derived = kstatus_conditions(conditions)
     status = {
         "observedGeneration": generation,
-        "conditions": merge(previous, conditions, now, generation),
+        "conditions": merge(previous, [*conditions, *derived], now, generation),
         **fields,
     }
     return status, tuple(transitions(previous, conditions))
@@ -266,7 +273,7 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     kv = kv_capacity.check(spec, kv_capacity.model_shape(spec), kv_capacity.device_memory(spec))
     traffic = {
         kind: kube.list_if_served(kind, meta["namespace"], traffic_selector(kind, meta["name"]))
-        for kind in TRAFFIC_KINDS
+        for kind in PRUNED_KINDS
     }
     if spec.rollout.strategy == "Canary":
         judge = prometheus_judge(settings, spec, meta["namespace"], meta["name"])
@@ -274,6 +281,8 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         planned = plan_canary_rollout(isvc, spec, deployments, pods, settings, kv, now, judge, served)
     else:
         planned = plan(isvc, spec, deployments, pods, settings, kv, now)
+    alerts = alert_objects(settings, isvc, spec, served=traffic["PrometheusRule"] is not None)
+    planned = replace(planned, apply=planned.apply + alerts)
     return replace(planned, prune=stale_objects(traffic, planned.apply, meta["uid"]))
 
 

@@ -214,6 +214,7 @@ def render_pod_template(owner: Owner, spec: InferenceServiceSpec, settings: Sett
     template = _render(
         "pod.yaml.j2",
         labels=owned_labels(owner.name),
+        scrape_annotations=settings.scrape_annotations,
         spread_labels={LABEL_ISVC: owner.name},
         port=HTTP_PORT,
         grace_seconds=PRE_STOP_SECONDS + drain + 10,

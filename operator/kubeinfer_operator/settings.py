@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -27,6 +28,15 @@ class Settings:
     lease_namespace: str = "default"
     identity: str = ""
     workers: int = 4
+    slo_alerts: bool = True
+    """Write a PrometheusRule with the SLO's burn-rate alerts per InferenceService, where the cluster
+    serves the PrometheusRule kind (Prometheus Operator)."""
+    scrape_annotations: bool = True
+    """prometheus.io/scrape annotations on runtime and router pods; off when PodMonitors select them."""
+    monitoring_labels: tuple[tuple[str, str], ...] = ()
+    """Labels for the PrometheusRules, e.g. the release label a Prometheus' ruleSelector matches."""
+    metrics_port: int = 0
+    """Port of the operator's own /metrics (replica counts, canary weight, scaling decisions); 0: off."""
 
 
 def _flag(name: str, value: str) -> bool:
@@ -52,6 +62,13 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     if resync <= 0 or workers < 1:
         raise ValueError("KUBEINFER_RESYNC_SECONDS must be > 0 and KUBEINFER_WORKERS >= 1")
     pod = env.get("POD_NAME") or socket.gethostname()
+    labels = _labels("KUBEINFER_MONITORING_LABELS", env.get("KUBEINFER_MONITORING_LABELS", ""))
+    try:
+        metrics_port = int(env.get("KUBEINFER_METRICS_PORT", defaults.metrics_port))
+    except ValueError:
+        raise ValueError(
+            f"KUBEINFER_METRICS_PORT={env['KUBEINFER_METRICS_PORT']!r}: expected a port"
+        ) from None
     return Settings(
         runtime_image=env.get("KUBEINFER_RUNTIME_IMAGE", defaults.runtime_image),
         prometheus_url=env.get("KUBEINFER_PROMETHEUS_URL", defaults.prometheus_url),
@@ -64,4 +81,23 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         # Unique per process: a restarted pod with the same name must not inherit the old lease.
         identity=f"{pod}_{uuid.uuid4().hex[:8]}",
         workers=workers,
+        slo_alerts=_flag("KUBEINFER_SLO_ALERTS", env.get("KUBEINFER_SLO_ALERTS", "true")),
+        scrape_annotations=_flag(
+            "KUBEINFER_SCRAPE_ANNOTATIONS", env.get("KUBEINFER_SCRAPE_ANNOTATIONS", "true")
+        ),
+        monitoring_labels=labels,
+        metrics_port=metrics_port,
     )
+
+
+def _labels(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of string labels (the chart writes it with toJson); empty means none."""
+    if not value.strip():
+        return ()
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{name}: not JSON: {error}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+        raise ValueError(f"{name}={value!r}: expected a JSON object of string values")
+    return tuple(sorted(parsed.items()))
