@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--output",
         choices=("rules", "prometheusrule"),
         default="rules",
-        help="rules: a rule file (rule_files: in prometheus.yml); prometheusrule: a monitoring.coreos.com/v1 object",
+        help="rules: a file for prometheus.yml rule_files; prometheusrule: a monitoring.coreos.com/v1 object",
     )
     return parser
 
