@@ -106,16 +106,18 @@ def _rate(series: str, window: str) -> str:
 
 
 def bad_ratio_expr(objective: Objective, selector: str, window: str) -> str:
-    """PromQL for the objective's bad-event ratio over `window`; `selector` is the matchers, no braces."""
+    """PromQL for the objective's bad-event ratio over `window`; `selector` is the matchers, no braces.
+    A window without requests has no sample (not NaN): alerts stay quiet, and averages over long spans
+    (the dashboard's budget left) count only the windows that had traffic."""
     if objective.latency is None:
         requests = ENGINES["builtin"].outcomes
         failed = _rate(f'{requests}{{{selector},outcome=~"{FAILED_OUTCOMES}"}}', window)
         ended = _rate(f'{requests}{{{selector},outcome=~"{ENDED_OUTCOMES}"}}', window)
-        return f"{failed}\n/\n{ended}"
+        return f"{failed}\n/\n({ended} > 0)"
     metric = objective.latency.metric
     histogram = getattr(ENGINES["builtin"], metric)
     good = good_rate_expr(histogram, BUCKETS[metric], objective.latency.target_s, selector, window)
-    return f"1 - (\n{good}\n)\n/\n{_rate(f'{histogram}_count{{{selector}}}', window)}"
+    return f"1 - (\n{good}\n)\n/\n({_rate(f'{histogram}_count{{{selector}}}', window)} > 0)"
 
 
 def good_rate_expr(

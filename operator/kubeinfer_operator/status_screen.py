@@ -1,0 +1,196 @@
+"""One terminal screen for an InferenceService: the SLO as measured against its targets, replicas desired
+and ready, the last scaling decisions, the rollout's step and its verdicts.
+
+Pure: an InferenceService object as the apiserver returns it (and, when Prometheus answered, the SLO's
+burn rates) -> lines of text. `status_command` fetches; this only lays out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubeinfer_operator.api.durations import format_duration, parse_duration
+
+DECISIONS_SHOWN = 5
+CONDITION_ORDER = ("Ready", "Progressing", "Degraded", "Reconciling", "Stalled", "SLOMet", "MetricsAvailable")
+# The measured percentile in status.signals for each SLO metric (the operator reads p95 only).
+MEASURED = {"ttft": "ttftP95", "tpot": "tpotP95", "e2e": "e2eP95"}
+
+
+@dataclass(frozen=True)
+class Burn:
+    """Budget burn of one objective (slo label, e.g. ttft-p95): bad ratio / budget over two windows."""
+
+    long: float | None  # over 1h
+    short: float | None  # over 5m
+
+
+def _age(stamp: str | None, now: datetime) -> str:
+    if not stamp:
+        return "never"
+    try:
+        then = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp
+    return f"{format_duration(max(0.0, (now - then).total_seconds()))} ago"
+
+
+def _clock(stamp: str | None) -> str:
+    if not stamp:
+        return "-"
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).strftime("%H:%M:%S")
+    except ValueError:
+        return stamp
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _verdict(measured_s: float | None, target_s: float) -> str:
+    if measured_s is None:
+        return "no data"
+    return "ok" if measured_s <= target_s else "MISSED"
+
+
+def _duration_or_none(value: Any) -> float | None:
+    try:
+        return parse_duration(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def slo_rows(spec: Mapping[str, Any], signals: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(objective, target, measured, verdict) for every objective spec.slo sets."""
+    slo = spec.get("slo") or {}
+    rows = []
+    for metric in ("ttft", "tpot", "e2e"):
+        for percentile, target in (slo.get(metric) or {}).items():
+            target_s = _duration_or_none(target)
+            if target_s is None:
+                continue
+            measured = signals.get(MEASURED[metric]) if percentile == "p95" else None
+            label = f"{metric.upper()} {percentile}"
+            if measured is None and percentile != "p95":
+                rows.append((label, target, "-", "not read (status has p95)"))
+                continue
+            rows.append((label, target, measured or "-", _verdict(_duration_or_none(measured), target_s)))
+    error_target = float(slo.get("errorRate", 0.01))
+    measured_error = signals.get("errorRate")
+    if measured_error is None:
+        rows.append(("error rate", f"{error_target:.2%}", "-", "no data"))
+    else:
+        verdict = "ok" if float(measured_error) <= error_target else "MISSED"
+        rows.append(("error rate", f"{error_target:.2%}", f"{float(measured_error):.2%}", verdict))
+    return rows
+
+
+def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def render(
+    isvc: Mapping[str, Any],
+    now: datetime | None = None,
+    width: int = 100,
+    burns: Mapping[str, Burn] | None = None,
+) -> list[str]:
+    now = now or datetime.now(UTC)
+    meta, spec, status = isvc.get("metadata") or {}, isvc.get("spec") or {}, isvc.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready", {})
+    lines = [
+        f"InferenceService {meta.get('namespace')}/{meta.get('name')}"
+        f"  model {spec.get('model', {}).get('name')}  generation {meta.get('generation')}"
+        f" (observed {status.get('observedGeneration', '-')})",
+        f"Ready {ready.get('status', 'Unknown')} ({ready.get('reason', '-')}): {ready.get('message', '')}",
+        "conditions: "
+        + "  ".join(
+            f"{t}={c.get('status')}"
+            + (f"({c.get('reason')})" if c.get("status") != "False" or t == "Ready" else "")
+            for t in CONDITION_ORDER
+            if (c := conditions.get(t))
+        ),
+    ]
+    for type_ in ("Degraded", "Stalled"):
+        if conditions.get(type_, {}).get("status") == "True":
+            lines.append(f"{type_}: {conditions[type_].get('message', '')}")
+
+    signals = status.get("signals") or {}
+    slo = spec.get("slo") or {}
+    lines += ["", f"SLO over {slo.get('window', '5m')} (read {_age(signals.get('time'), now)})"]
+    rows = [("objective", "target", "measured", ""), *slo_rows(spec, signals)]
+    if burns:
+        rows = [(*rows[0], "burn 1h / 5m")] + [(*row, _burn_cell(row[0], burns)) for row in rows[1:]]
+    lines += _table(rows)
+
+    scaling = spec.get("scaling") or {}
+    pinned = f", pinned by spec.replicas={spec['replicas']}" if spec.get("replicas") is not None else ""
+    lines += [
+        "",
+        f"Replicas: desired {status.get('desiredReplicas', '-')}  ready {status.get('readyReplicas', '-')}"
+        f"  existing {status.get('replicas', '-')}  (min {scaling.get('minReplicas', 1)},"
+        f" max {scaling.get('maxReplicas', 1)}{pinned})",
+        "Signals: "
+        + "  ".join(
+            f"{label} {signals[key]}"
+            for key, label in (
+                ("queueTimeP95", "queue p95"),
+                ("oldestWaitingAge", "oldest wait"),
+                ("kvCacheUsage", "KV usage"),
+                ("waitingPerReplica", "waiting/replica"),
+            )
+            if signals.get(key) is not None
+        ),
+    ]
+    decisions = status.get("scalingDecisions") or []
+    lines.append(f"Scaling decisions (last {min(DECISIONS_SHOWN, len(decisions))} of {len(decisions)}):")
+    for d in decisions[-DECISIONS_SHOWN:]:
+        lines.append(
+            f"  {_clock(d.get('time'))}  {d.get('fromReplicas')} -> {d.get('toReplicas')}  "
+            f"{d.get('signal')} {d.get('value')} (target {d.get('target')}): {d.get('reason', '')}"
+        )
+
+    rollout = spec.get("rollout") or {}
+    strategy = rollout.get("strategy", "RollingUpdate")
+    steps = rollout.get("steps") or []
+    progressing = conditions.get("Progressing", {})
+    lines += ["", f"Rollout: {strategy}  stable {status.get('stableRevision', '-')}"]
+    if strategy == "Canary":
+        step = status.get("canaryStep")
+        where = f"step {step + 1}/{len(steps)}" if isinstance(step, int) and steps else "no step"
+        lines[-1] += (
+            f"  canary {status.get('canaryRevision') or '-'}  phase {status.get('rolloutPhase', '-')}"
+            f"  {where}  weight {status.get('canaryWeight') or 0}%"
+            + ("  PAUSED" if rollout.get("paused") else "")
+        )
+    lines.append(f"  {progressing.get('reason', '-')}: {progressing.get('message', '')}")
+    verdicts = status.get("rolloutDecisions") or []
+    if verdicts:
+        lines.append(f"Rollout verdicts (last {min(DECISIONS_SHOWN, len(verdicts))} of {len(verdicts)}):")
+        for v in verdicts[-DECISIONS_SHOWN:]:
+            lines.append(
+                f"  {_clock(v.get('time'))}  step {v.get('step', 0) + 1} at {v.get('weight')}%  "
+                f"{v.get('action')}  {v.get('revision')}: {v.get('reason', '')}"
+            )
+    return [_fit(line, width) for line in lines]
+
+
+def _burn_cell(objective: str, burns: Mapping[str, Burn]) -> str:
+    key = "error-rate" if objective == "error rate" else objective.lower().replace(" ", "-")
+    burn = burns.get(key)
+    if burn is None:
+        return "-"
+
+    def fmt(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}x"
+
+    return f"{fmt(burn.long)} / {fmt(burn.short)}"
