@@ -31,7 +31,16 @@ def helm() -> Path:
 
 def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
     rendered = subprocess.run(
-        [str(helm), "template", "kubeinfer", str(CHART), "--namespace", "kubeinfer-system", *sets],
+        [
+            str(helm),
+            "template",
+            "kubeinfer",
+            str(CHART),
+            "--namespace",
+            "kubeinfer-system",
+            "--kube-version=1.34.4",
+            *sets,
+        ],
         capture_output=True,
         text=True,
         check=False,
