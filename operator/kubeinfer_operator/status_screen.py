@@ -112,13 +112,7 @@ def render(
         f"  model {spec.get('model', {}).get('name')}  generation {meta.get('generation')}"
         f" (observed {status.get('observedGeneration', '-')})",
         f"Ready {ready.get('status', 'Unknown')} ({ready.get('reason', '-')}): {ready.get('message', '')}",
-        "conditions: "
-        + "  ".join(
-            f"{t}={c.get('status')}"
-            + (f"({c.get('reason')})" if c.get("status") != "False" or t == "Ready" else "")
-            for t in CONDITION_ORDER
-            if (c := conditions.get(t))
-        ),
+        "conditions: " + "  ".join(_condition(t, c) for t in CONDITION_ORDER if (c := conditions.get(t))),
     ]
     for type_ in ("Degraded", "Stalled"):
         if conditions.get(type_, {}).get("status") == "True":
@@ -182,6 +176,14 @@ def render(
                 f"{v.get('action')}  {v.get('revision')}: {v.get('reason', '')}"
             )
     return [_fit(line, width) for line in lines]
+
+
+def _condition(type_: str, c: Mapping[str, Any]) -> str:
+    """Type=Status, with the reason where it says more than the status (Ready's is on its own line)."""
+    shown = type_ == "Progressing" or (
+        type_ in ("Degraded", "Stalled", "SLOMet") and c.get("status") != "False"
+    )
+    return f"{type_}={c.get('status')}" + (f"({c.get('reason')})" if shown else "")
 
 
 def _burn_cell(objective: str, burns: Mapping[str, Burn]) -> str:
