@@ -219,7 +219,7 @@ def overload(operator: Any) -> Iterator[Load]:
         "get", "service", "busy", "-n", NAMESPACE, "-o", "jsonpath={.spec.clusterIP}"
     ).stdout
     load = Load(f"http://{ip.strip()}:80")
-    threads = [threading.Thread(target=load.send, daemon=True) for _ in range(6)]
+    threads = [threading.Thread(target=load.send, daemon=True) for _ in range(10)]
     for thread in threads:
         thread.start()
     yield load
