@@ -75,7 +75,14 @@ def runtime(**extra: Any) -> dict[str, Any]:
 BUSY = manifest(
     "busy",
     runtime=runtime(maxNumSeqs=1, maxQueue=1, faults={"tokenLatency": "20ms"}),
-    scaling={"minReplicas": 1, "maxReplicas": 2, "interval": "3s", "scaleDownWindow": "10m"},
+    # queue time is what scales it: a request waits behind the one running (~0.5 s)
+    scaling={
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "interval": "3s",
+        "scaleDownWindow": "10m",
+        "queueTimeTarget": "200ms",
+    },
 )
 BROKEN = manifest("broken", runtime=runtime(faults={"failLoad": True}), replicas=1)
 CANARY_ROLLOUT = {
@@ -356,10 +363,13 @@ def test_a_canary_held_for_promotion_or_paused_is_suspended(operator: Any) -> No
     held = wait_for("the canary step to wait for the promote", reason_is("WaitingForPromote"), timeout=240)
     assert held["status"]["canaryWeight"] == 50
     check_and_record("suspended-waiting-for-promote.json", held)
-    weight = prometheus(
-        operator, substitute(next(e for t, e in panel_queries() if t == "Canary weight"), "canary")
-    )
-    assert weight and float(weight[0]["value"][1]) in (0.0, 50.0)  # the scrape may predate the step
+    weight_query = substitute(next(e for t, e in panel_queries() if t == "Canary weight"), "canary")
+
+    def weight_in_prometheus() -> bool:
+        found = prometheus(operator, weight_query)
+        return bool(found) and float(found[0]["value"][1]) == 50.0
+
+    wait_for("the dashboard's canary weight to read 50%", weight_in_prometheus, timeout=30, interval=1)
     paused = json.loads(json.dumps(changed))
     paused["spec"]["rollout"]["paused"] = True
     apply(operator, paused)

@@ -112,8 +112,10 @@ def render(
         f"  model {spec.get('model', {}).get('name')}  generation {meta.get('generation')}"
         f" (observed {status.get('observedGeneration', '-')})",
         f"Ready {ready.get('status', 'Unknown')} ({ready.get('reason', '-')}): {ready.get('message', '')}",
-        "conditions: " + "  ".join(_condition(t, c) for t in CONDITION_ORDER if (c := conditions.get(t))),
     ]
+    lines += _wrap(
+        "Conditions:", [_condition(t, c) for t in CONDITION_ORDER if (c := conditions.get(t))], width
+    )
     for type_ in ("Degraded", "Stalled"):
         if conditions.get(type_, {}).get("status") == "True":
             lines.append(f"{type_}: {conditions[type_].get('message', '')}")
@@ -134,15 +136,18 @@ def render(
         f"  existing {status.get('replicas', '-')}  (min {scaling.get('minReplicas', 1)},"
         f" max {scaling.get('maxReplicas', 1)}{pinned})",
         "Signals: "
-        + "  ".join(
-            f"{label} {signals[key]}"
-            for key, label in (
-                ("queueTimeP95", "queue p95"),
-                ("oldestWaitingAge", "oldest wait"),
-                ("kvCacheUsage", "KV usage"),
-                ("waitingPerReplica", "waiting/replica"),
+        + (
+            "  ".join(
+                f"{label} {signals[key]}"
+                for key, label in (
+                    ("queueTimeP95", "queue p95"),
+                    ("oldestWaitingAge", "oldest wait"),
+                    ("kvCacheUsage", "KV usage"),
+                    ("waitingPerReplica", "waiting/replica"),
+                )
+                if signals.get(key) is not None
             )
-            if signals.get(key) is not None
+            or "none read"
         ),
     ]
     decisions = status.get("scalingDecisions") or []
@@ -157,15 +162,18 @@ def render(
     strategy = rollout.get("strategy", "RollingUpdate")
     steps = rollout.get("steps") or []
     progressing = conditions.get("Progressing", {})
-    lines += ["", f"Rollout: {strategy}  stable {status.get('stableRevision', '-')}"]
+    lines += ["", f"Rollout: {strategy}" + ("  PAUSED" if rollout.get("paused") else "")]
     if strategy == "Canary":
         step = status.get("canaryStep")
         where = f"step {step + 1}/{len(steps)}" if isinstance(step, int) and steps else "no step"
         lines[-1] += (
-            f"  canary {status.get('canaryRevision') or '-'}  phase {status.get('rolloutPhase', '-')}"
-            f"  {where}  weight {status.get('canaryWeight') or 0}%"
-            + ("  PAUSED" if rollout.get("paused") else "")
+            f"  phase {status.get('rolloutPhase', '-')}  {where}  weight {status.get('canaryWeight') or 0}%"
         )
+        lines.append(
+            f"  stable {status.get('stableRevision') or '-'}  canary {status.get('canaryRevision') or '-'}"
+        )
+    else:
+        lines[-1] += f"  stable {status.get('stableRevision') or '-'}"
     lines.append(f"  {progressing.get('reason', '-')}: {progressing.get('message', '')}")
     verdicts = status.get("rolloutDecisions") or []
     if verdicts:
@@ -176,6 +184,16 @@ def render(
                 f"{v.get('action')}  {v.get('revision')}: {v.get('reason', '')}"
             )
     return [_fit(line, width) for line in lines]
+
+
+def _wrap(prefix: str, items: list[str], width: int) -> list[str]:
+    """`prefix item item ...` over as many lines as it takes, breaking between items."""
+    lines = [prefix]
+    for item in items:
+        if len(lines[-1]) + 1 + len(item) > width and lines[-1].strip():
+            lines.append(" " * len(prefix))
+        lines[-1] += " " + item
+    return lines
 
 
 def _condition(type_: str, c: Mapping[str, Any]) -> str:
