@@ -55,11 +55,13 @@ def test_argocd_health_waits_for_the_operator_to_see_a_new_generation() -> None:
     assert argocd_health(obj)["status"] == "Progressing"
 
 
+@pytest.mark.slow  # kstatus-check: a Go build on first use
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_kstatus_of_recorded_objects(name: str) -> None:
     assert kstatus(fixture(name)) == EXPECTED[name]["kstatus"]
 
 
+@pytest.mark.slow
 def test_kstatus_reads_an_unobserved_generation_as_in_progress() -> None:
     obj = fixture(next(n for n, e in EXPECTED.items() if e["kstatus"] == "Current"))
     obj["metadata"]["generation"] = obj["status"]["observedGeneration"] + 1

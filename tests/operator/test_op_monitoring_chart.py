@@ -62,6 +62,7 @@ def env(docs: list[dict[str, Any]]) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in operator_pod(docs)["spec"]["containers"][0]["env"]}
 
 
+@pytest.mark.slow  # helm: built with the cluster binaries on first use
 def test_default_scrapes_by_annotation_and_writes_alert_rules(helm: Path) -> None:
     docs = template(helm)
     assert by_kind(docs, "PodMonitor") == []
@@ -72,6 +73,7 @@ def test_default_scrapes_by_annotation_and_writes_alert_rules(helm: Path) -> Non
     assert (settings.scrape_annotations, settings.slo_alerts, settings.metrics_port) == (True, True, 8081)
 
 
+@pytest.mark.slow  # helm: built with the cluster binaries on first use
 def test_prometheus_operator_switch_renders_pod_monitors_instead(helm: Path) -> None:
     docs = template(
         helm,
@@ -98,6 +100,7 @@ def test_prometheus_operator_switch_renders_pod_monitors_instead(helm: Path) -> 
     assert dict(settings.monitoring_labels) == {"release": "kube-prometheus-stack"}
 
 
+@pytest.mark.slow  # helm: built with the cluster binaries on first use
 def test_the_operator_may_write_prometheus_rules(helm: Path) -> None:
     (role,) = by_kind(template(helm), "ClusterRole")
     rule = next(r for r in role["rules"] if "monitoring.coreos.com" in r["apiGroups"])
@@ -105,6 +108,7 @@ def test_the_operator_may_write_prometheus_rules(helm: Path) -> None:
     assert set(rule["verbs"]) == {"list", "create", "patch", "delete"}
 
 
+@pytest.mark.slow  # helm: built with the cluster binaries on first use
 def test_dashboard_configmap_carries_the_generated_dashboard(helm: Path) -> None:
     (config_map,) = by_kind(template(helm), "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"

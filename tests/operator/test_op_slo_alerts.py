@@ -185,6 +185,7 @@ def rule_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tupl
     return path, _alert_rules(groups)
 
 
+@pytest.mark.slow  # promtool: built with the cluster binaries on first use
 def test_promtool_accepts_the_rules(promtool: Path, rule_file: tuple[Path, Any]) -> None:
     checked = subprocess.run(
         [str(promtool), "check", "rules", str(rule_file[0])], capture_output=True, text=True
@@ -192,6 +193,7 @@ def test_promtool_accepts_the_rules(promtool: Path, rule_file: tuple[Path, Any])
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.slow  # promtool: built with the cluster binaries on first use
 def test_promtool_accepts_the_rules_kubeinfer_alerts_prints(
     promtool: Path, tmp_path: Path, capsys: Any
 ) -> None:
@@ -202,6 +204,7 @@ def test_promtool_accepts_the_rules_kubeinfer_alerts_prints(
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+@pytest.mark.slow  # promtool: built with the cluster binaries on first use
 def test_burn_rate_alerts_fire_by_tier(promtool: Path, rule_file: tuple[Path, Any], tmp_path: Path) -> None:
     path, rules = rule_file
 
