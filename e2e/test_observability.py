@@ -321,7 +321,8 @@ def test_status_screen_for_a_live_service(operator: Any, overload: Load, tmp_pat
     assert len(screen) <= 40 and all(len(line) <= 100 for line in screen), direct.stdout
     text = direct.stdout
     for wanted in ("InferenceService obs-e2e/busy", "TTFT p95", "2s", "error rate", "Replicas: desired",
-                   "Scaling decisions", "Rollout: RollingUpdate", "burn 1h / 5m"):  # fmt: skip
+                   "Scaling decisions", "Rollout: RollingUpdate", "burn 1h / 5m",
+                   "Alerts firing:", "error-rate page (14.4x over 1h)"):  # fmt: skip
         assert wanted in text, f"{wanted!r} not in:\n{text}"
     plugin = subprocess.run(
         ["kubectl", "infsvc", "status", "canary", "-n", NAMESPACE], capture_output=True, text=True, env=env

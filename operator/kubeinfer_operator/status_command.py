@@ -17,7 +17,7 @@ from prometheus_api_client import PrometheusApiClientException, PrometheusConnec
 
 from kubeinfer_operator.kube import Kube
 from kubeinfer_operator.names import KIND
-from kubeinfer_operator.slo_alerts import BAD_RATIO, BUDGET
+from kubeinfer_operator.slo_alerts import ALERT, BAD_RATIO, BUDGET
 from kubeinfer_operator.status_screen import Burn, render
 
 
@@ -64,6 +64,13 @@ def burn_rates(url: str, namespace: str, name: str) -> dict[str, Burn]:
     return {slo: Burn(v.get("1h"), v.get("5m")) for slo, v in found.items()}
 
 
+def firing_alerts(url: str, namespace: str, name: str) -> list[dict[str, str]]:
+    """Labels of the service's burn-rate alerts that fire now."""
+    prom = PrometheusConnect(url=url, disable_ssl=True)
+    sel = f'alertname="{ALERT}",alertstate="firing",namespace="{namespace}",inferenceservice="{name}"'
+    return [sample["metric"] for sample in prom.custom_query(f"ALERTS{{{sel}}}")]
+
+
 def main(argv: list[str], prog: str = "kubeinfer status") -> int:
     args = build_parser(prog).parse_args(argv)
     try:
@@ -80,15 +87,16 @@ def main(argv: list[str], prog: str = "kubeinfer status") -> int:
     if isvc is None:
         print(f"{prog}: InferenceService {namespace}/{args.name} not found", file=sys.stderr)
         return 1
-    burns = None
+    burns, alerts = None, None
     if args.prometheus:
         try:
             burns = burn_rates(args.prometheus, namespace, args.name)
+            alerts = firing_alerts(args.prometheus, namespace, args.name)
         except (requests.RequestException, PrometheusApiClientException) as error:
             print(
                 f"{prog}: Prometheus at {args.prometheus} did not answer ({error}); no burn rates",
                 file=sys.stderr,
             )
     width = shutil.get_terminal_size((100, 40)).columns
-    print("\n".join(render(isvc, width=width, burns=burns)))
+    print("\n".join(render(isvc, width=width, burns=burns, alerts=alerts)))
     return 0

@@ -102,7 +102,9 @@ def render(
     now: datetime | None = None,
     width: int = 100,
     burns: Mapping[str, Burn] | None = None,
+    alerts: list[Mapping[str, str]] | None = None,
 ) -> list[str]:
+    """`burns` and `alerts` (the labels of firing burn-rate alerts) come from Prometheus; None: not asked."""
     now = now or datetime.now(UTC)
     meta, spec, status = isvc.get("metadata") or {}, isvc.get("spec") or {}, isvc.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
@@ -127,6 +129,14 @@ def render(
     if burns:
         rows = [(*rows[0], "burn 1h / 5m")] + [(*row, _burn_cell(row[0], burns)) for row in rows[1:]]
     lines += _table(rows)
+    if alerts is not None:
+        firing = sorted(
+            {
+                f"{a.get('slo')} {a.get('severity')} ({a.get('burn_rate')}x over {a.get('long_window')})"
+                for a in alerts
+            }
+        )
+        lines += _wrap("Alerts firing:", firing or ["none"], width)
 
     scaling = spec.get("scaling") or {}
     pinned = f", pinned by spec.replicas={spec['replicas']}" if spec.get("replicas") is not None else ""

@@ -77,6 +77,14 @@ def test_burn_rates_join_their_objectives() -> None:
     assert row.rstrip().endswith("15.2x / 18.0x")
 
 
+def test_firing_alerts_are_listed_once_per_objective_and_tier() -> None:
+    page = {"slo": "error-rate", "severity": "page", "burn_rate": "14.4", "long_window": "1h"}
+    text = screen(fixture("healthy-serving.json"), alerts=[page, dict(page)])
+    assert "Alerts firing: error-rate page (14.4x over 1h)" in text
+    assert "Alerts firing: none" in screen(fixture("healthy-serving.json"), alerts=[])
+    assert "Alerts firing" not in screen(fixture("healthy-serving.json"))  # Prometheus not asked
+
+
 def test_the_kubectl_plugin_knows_only_status(capsys: Any) -> None:
     assert plugin_main(["scale", "x"]) == 2
     assert "unknown command 'scale'" in capsys.readouterr().err
