@@ -9,12 +9,15 @@ import math
 import os
 import shutil
 import sys
+from typing import Any
 
 import requests
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 
+from kubeinfer_operator.api.durations import parse_duration
+from kubeinfer_operator.autoscaling.signals import ENGINES
 from kubeinfer_operator.kube import Kube
 from kubeinfer_operator.names import KIND
 from kubeinfer_operator.slo_alerts import ALERT, BAD_RATIO, BUDGET
@@ -64,6 +67,28 @@ def burn_rates(url: str, namespace: str, name: str) -> dict[str, Burn]:
     return {slo: Burn(v.get("1h"), v.get("5m")) for slo, v in found.items()}
 
 
+def percentile_readings(url: str, isvc: dict[str, Any]) -> dict[str, float]:
+    """Every latency objective's percentile over slo.window, e.g. {"ttft-p99": 0.41}; none without data."""
+    spec, meta = isvc.get("spec") or {}, isvc["metadata"]
+    engine = ENGINES.get((spec.get("runtime") or {}).get("engine", "builtin"))
+    slo = spec.get("slo") or {}
+    if engine is None:
+        return {}
+    window = f"{max(1, round(parse_duration(slo.get('window', '5m'))))}s"
+    sel = f'{{namespace="{meta["namespace"]}",inferenceservice="{meta["name"]}"}}'
+    prom = PrometheusConnect(url=url, disable_ssl=True)
+    readings: dict[str, float] = {}
+    for metric in ("ttft", "tpot", "e2e"):
+        for percentile in slo.get(metric) or {}:
+            q = int(percentile.removeprefix("p")) / 100
+            histogram = getattr(engine, metric)
+            query = f"histogram_quantile({q:g}, sum by (le) (rate({histogram}_bucket{sel}[{window}])))"
+            for sample in prom.custom_query(query):
+                if math.isfinite(value := float(sample["value"][1])):
+                    readings[f"{metric}-{percentile}"] = value
+    return readings
+
+
 def firing_alerts(url: str, namespace: str, name: str) -> list[dict[str, str]]:
     """Labels of the service's burn-rate alerts that fire now."""
     prom = PrometheusConnect(url=url, disable_ssl=True)
@@ -87,16 +112,17 @@ def main(argv: list[str], prog: str = "kubeinfer status") -> int:
     if isvc is None:
         print(f"{prog}: InferenceService {namespace}/{args.name} not found", file=sys.stderr)
         return 1
-    burns, alerts = None, None
+    burns, alerts, percentiles = None, None, None
     if args.prometheus:
         try:
             burns = burn_rates(args.prometheus, namespace, args.name)
             alerts = firing_alerts(args.prometheus, namespace, args.name)
+            percentiles = percentile_readings(args.prometheus, isvc)
         except (requests.RequestException, PrometheusApiClientException) as error:
             print(
                 f"{prog}: Prometheus at {args.prometheus} did not answer ({error}); no burn rates",
                 file=sys.stderr,
             )
     width = shutil.get_terminal_size((100, 40)).columns
-    print("\n".join(render(isvc, width=width, burns=burns, alerts=alerts)))
+    print("\n".join(render(isvc, width=width, burns=burns, alerts=alerts, percentiles=percentiles)))
     return 0

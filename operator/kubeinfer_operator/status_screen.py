@@ -64,8 +64,11 @@ def _duration_or_none(value: Any) -> float | None:
         return None
 
 
-def slo_rows(spec: Mapping[str, Any], signals: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(objective, target, measured, verdict) for every objective spec.slo sets."""
+def slo_rows(
+    spec: Mapping[str, Any], signals: Mapping[str, Any], percentiles: Mapping[str, float] | None = None
+) -> list[tuple[str, str, str, str]]:
+    """(objective, target, measured, verdict) for every objective spec.slo sets. `percentiles` (seconds by
+    objective, e.g. "ttft-p99", read from Prometheus) win over status.signals, which holds p95 only."""
     slo = spec.get("slo") or {}
     rows = []
     for metric in ("ttft", "tpot", "e2e"):
@@ -73,10 +76,13 @@ def slo_rows(spec: Mapping[str, Any], signals: Mapping[str, Any]) -> list[tuple[
             target_s = _duration_or_none(target)
             if target_s is None:
                 continue
-            measured = signals.get(MEASURED[metric]) if percentile == "p95" else None
             label = f"{metric.upper()} {percentile}"
-            if measured is None and percentile != "p95":
-                rows.append((label, target, "-", "not read (status has p95)"))
+            read = (percentiles or {}).get(f"{metric}-{percentile}")
+            measured = format_duration(read) if read is not None else None
+            if measured is None and percentile == "p95":
+                measured = signals.get(MEASURED[metric])
+            if measured is None and percentile != "p95" and percentiles is None:
+                rows.append((label, target, "-", "not read (status has p95; add --prometheus)"))
                 continue
             rows.append((label, target, measured or "-", _verdict(_duration_or_none(measured), target_s)))
     error_target = float(slo.get("errorRate", 0.01))
@@ -103,8 +109,10 @@ def render(
     width: int = 100,
     burns: Mapping[str, Burn] | None = None,
     alerts: list[Mapping[str, str]] | None = None,
+    percentiles: Mapping[str, float] | None = None,
 ) -> list[str]:
-    """`burns` and `alerts` (the labels of firing burn-rate alerts) come from Prometheus; None: not asked."""
+    """`burns`, `alerts` (the labels of firing burn-rate alerts) and `percentiles` come from Prometheus;
+    None: not asked."""
     now = now or datetime.now(UTC)
     meta, spec, status = isvc.get("metadata") or {}, isvc.get("spec") or {}, isvc.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
@@ -125,7 +133,7 @@ def render(
     signals = status.get("signals") or {}
     slo = spec.get("slo") or {}
     lines += ["", f"SLO over {slo.get('window', '5m')} (read {_age(signals.get('time'), now)})"]
-    rows = [("objective", "target", "measured", ""), *slo_rows(spec, signals)]
+    rows = [("objective", "target", "measured", ""), *slo_rows(spec, signals, percentiles)]
     if burns:
         rows = [(*rows[0], "burn 1h / 5m")] + [(*row, _burn_cell(row[0], burns)) for row in rows[1:]]
     lines += _table(rows)

@@ -51,6 +51,15 @@ def test_a_reading_over_its_target_is_marked_missed() -> None:
     assert rows["TTFT p95"][3] == "MISSED" and rows["error rate"][3] == "ok"
 
 
+def test_percentiles_read_from_prometheus_fill_the_objectives_status_lacks() -> None:
+    spec = {"slo": {"ttft": {"p50": "200ms", "p99": "1s"}}}
+    assert slo_rows(spec, {})[0][3].startswith("not read")
+    rows = {r[0]: r for r in slo_rows(spec, {}, {"ttft-p50": 0.12, "ttft-p99": 1.4})}
+    assert rows["TTFT p50"][2:] == ("120ms", "ok")
+    assert rows["TTFT p99"][2:] == ("1.4s", "MISSED")
+    assert slo_rows(spec, {}, {})[0][2:] == ("-", "no data")  # asked, no requests in the window
+
+
 def test_a_canary_held_at_its_step_shows_step_weight_and_reason() -> None:
     obj = fixture("suspended-waiting-for-promote.json")
     status = obj["status"]
