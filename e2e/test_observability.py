@@ -47,7 +47,7 @@ NAMESPACE = "obs-e2e"
 EXPECTED = yaml.safe_load((FIXTURES / "expected.yaml").read_text())
 CRDS = ("podmonitors", "servicemonitors", "prometheusrules")
 SLO = {
-    "ttft": {"p95": "2s"},
+    "ttft": {"p95": "2s", "p99": "5s"},
     "tpot": {"p95": "250ms"},
     "e2e": {"p95": "30s"},
     "errorRate": 0.05,
@@ -324,6 +324,8 @@ def test_status_screen_for_a_live_service(operator: Any, overload: Load, tmp_pat
                    "Scaling decisions", "Rollout: RollingUpdate", "burn 1h / 5m",
                    "Alerts firing:", "error-rate page (14.4x over 1h)"):  # fmt: skip
         assert wanted in text, f"{wanted!r} not in:\n{text}"
+    (p99,) = [line.split() for line in screen if line.strip().startswith("TTFT p99")]
+    assert p99[2] == "5s" and p99[4] in ("ok", "MISSED"), p99  # read from Prometheus: status has p95 only
     plugin = subprocess.run(
         ["kubectl", "infsvc", "status", "canary", "-n", NAMESPACE], capture_output=True, text=True, env=env
     )
