@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)/e2e
 export KUBEINFER_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
 .PHONY: help venv deps kernels test test-fast lint format crds crds-check cluster cluster-down demo \
-        bench-engine bench-serve sim-autoscaling clean
+        bench-engine bench-serve sim-autoscaling clean dashboards
 
 help:
 	@echo "make demo        cluster up, operator installed, tiny model served, one chat answered"
@@ -47,6 +47,10 @@ format: venv
 crds: venv
 	$(PY) -m kubeinfer_operator.api.crd
 	bash charts/sync_crds.sh
+
+# The Grafana dashboard the chart ships, generated (kubeinfer_operator/dashboard.py).
+dashboards: venv
+	$(PY) -m kubeinfer_operator.dashboard
 
 crds-check: venv
 	$(PY) -m kubeinfer_operator.api.crd --check

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the real Kubernetes control plane, kube-proxy, etcd, Prometheus and helm from the Go module proxy,
+# Build the real Kubernetes control plane, kube-proxy, etcd, Prometheus (and promtool) and helm from the Go module proxy,
 # once per machine, cached outside the repo and keyed by version.  Idempotent: a finished
 # version directory (with its .complete stamp) is reused as it is.
 set -euo pipefail
@@ -11,8 +11,29 @@ PROMETHEUS_VERSION="${PROMETHEUS_VERSION:-v3.9.1}"
 CACHE="${KUBEINFER_CACHE:-$HOME/.cache/kubeinfer}"
 OUT="$CACHE/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_prometheus-${PROMETHEUS_VERSION}"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
+IFS=. read -r pmajor pminor ppatch <<<"${PROMETHEUS_VERSION#v}"
+prom_module="v0.$((pmajor * 100 + pminor)).${ppatch}"  # release v3.M.P is module version v0.(300+M).P
 
-if [[ -f "$OUT/.complete" ]]; then
+# promtool (checks and unit-tests the SLO alert rules) joined the set later than the .complete stamp: it
+# has its own guard, so a cache completed before it existed still gets it. Same wrapper module as
+# Prometheus (its go.mod has exclude directives), same version.
+build_promtool() {
+  [[ -x "$OUT/promtool" ]] && return 0
+  echo "building promtool ${PROMETHEUS_VERSION}" >&2
+  local tsrc="$CACHE/src/promtool-${PROMETHEUS_VERSION}"
+  mkdir -p "$tsrc"
+  (
+    cd "$tsrc"
+    printf 'module kubeinfer.dev/promtool-build\n\ngo 1.24\n' > go.mod
+    go get "github.com/prometheus/prometheus/cmd/promtool@${prom_module}" >/dev/null 2>get.log || { cat get.log >&2; exit 1; }
+    CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=${PROMETHEUS_VERSION#v}" \
+      -o "$OUT/promtool.partial" github.com/prometheus/prometheus/cmd/promtool
+    mv "$OUT/promtool.partial" "$OUT/promtool"
+  )
+}
+
+if [[ -f "$OUT/.complete" && -x "$OUT/promtool" ]]; then
   echo "$OUT"
   exit 0
 fi
@@ -21,11 +42,12 @@ mkdir -p "$OUT"
 exec 9>"$OUT.lock"
 flock 9
 if [[ -f "$OUT/.complete" ]]; then
+  build_promtool
   echo "$OUT"
   exit 0
 fi
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
-total=$(( ${#COMPONENTS[@]} + 3 ))
+total=$(( ${#COMPONENTS[@]} + 3 ))  # promtool rides on the last step
 step=0
 progress() {  # a one-line progress display on stderr: [3/6 ####......] building kube-proxy (412s)
   local bar
@@ -92,8 +114,6 @@ step=$((step + 1))
 # directives, so it too gets a wrapper module.  Release v3.M.P is module version v0.(300+M).P.  No web UI
 # assets (they come from an npm build); the API and everything the tests use are there.
 progress "building prometheus ${PROMETHEUS_VERSION}"
-IFS=. read -r pmajor pminor ppatch <<<"${PROMETHEUS_VERSION#v}"
-prom_module="v0.$((pmajor * 100 + pminor)).${ppatch}"
 psrc="$CACHE/src/prometheus-${PROMETHEUS_VERSION}"
 mkdir -p "$psrc"
 cd "$psrc"
@@ -105,6 +125,8 @@ step=$((step + 1))
 progress "building helm ${HELM_VERSION}"
 GOBIN="$OUT" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
 step=$((step + 1))
+progress "building promtool ${PROMETHEUS_VERSION}"
+build_promtool
 progress "done"
 touch "$OUT/.complete"
 echo "$OUT"

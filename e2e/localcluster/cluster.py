@@ -524,6 +524,22 @@ class Cluster:
             write_state(self.cfg, state)
         procs.wait_until("prometheus", lambda: "Ready" in _get(f"{self.prometheus_url}/-/ready"), 60)
 
+    def load_rules(self, name: str, groups: list[Obj]) -> None:
+        """Load Prometheus rule groups (a rule file's `groups`, e.g. a PrometheusRule's spec.groups) as
+        rules/<name>.yml, as Prometheus Operator would, and reload Prometheus; an empty list removes them.
+        Raises when Prometheus refuses the file."""
+        prom_dir = self.cfg.state_dir / "prometheus"
+        prometheus.write_config(prom_dir, self.cfg.kubeconfig)  # a cluster from before rule_files gets it
+        path = prometheus.rules_dir(prom_dir) / f"{name}.yml"
+        if groups:
+            path.write_text(json.dumps({"groups": groups}))  # JSON is YAML
+        else:
+            path.unlink(missing_ok=True)
+        request = urllib.request.Request(f"{self.prometheus_url}/-/reload", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            if response.status != 200:
+                raise RuntimeError(f"Prometheus reload answered {response.status}")
+
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> str:
         """The current log of a container (the pod's only or first one by default); "" when none."""
         found = log_file(Path(self._state["kubelet_root"]), namespace, pod, container)

@@ -1,7 +1,9 @@
 """Prometheus (built from source with the Kubernetes binaries: Debian's package is built without the
 Kubernetes service discovery), finding pods through the local apiserver (kubernetes_sd, role pod)
 and scraping those annotated `prometheus.io/scrape: "true"` at their `prometheus.io/port` and
-`prometheus.io/path`, with the pod's namespace, name and kubeinfer labels as target labels."""
+`prometheus.io/path`, with the pod's namespace, name and kubeinfer labels as target labels. Rule files
+(`rules/*.yml` under its directory) are loaded at start and on POST /-/reload: tests put there what
+Prometheus Operator would write from a PrometheusRule."""
 
 from __future__ import annotations
 
@@ -68,10 +70,16 @@ def scrape_config(kubeconfig: Path) -> dict[str, object]:
     }
 
 
+def rules_dir(prom_dir: Path) -> Path:
+    return prom_dir / "rules"
+
+
 def write_config(prom_dir: Path, kubeconfig: Path) -> Path:
     prom_dir.mkdir(parents=True, exist_ok=True)
+    rules_dir(prom_dir).mkdir(exist_ok=True)
     path = prom_dir / "prometheus.yml"
-    path.write_text(yaml.safe_dump(scrape_config(kubeconfig), sort_keys=False))
+    config = {**scrape_config(kubeconfig), "rule_files": [str(rules_dir(prom_dir) / "*.yml")]}
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 

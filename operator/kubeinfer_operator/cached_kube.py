@@ -40,8 +40,9 @@ WATCHED_KINDS = (
     "Role",
     "RoleBinding",
 )
-# Not watched (its CRD may be absent or come later): kept from resync LISTs and the operator's writes.
-POLLED_KINDS = ("HTTPRoute",)
+# Not watched (their CRDs may be absent or come later): kept from resync LISTs and the operator's own
+# writes; whether the cluster serves them at all is also learnt at each resync.
+POLLED_KINDS = ("HTTPRoute", "PrometheusRule")
 
 
 def rendering_hash(obj: Mapping[str, Any]) -> str:
@@ -83,6 +84,7 @@ class CachedKube(Kube):
     def __init__(self, api: client.ApiClient, cache: ObjectCache | None = None) -> None:
         super().__init__(api)
         self.cache = cache or ObjectCache((*WATCHED_KINDS, *POLLED_KINDS))
+        self.served: dict[str, bool] = {}  # polled kinds: does the cluster serve them (last resync)
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         if kind in self.cache.kinds:
@@ -97,15 +99,15 @@ class CachedKube(Kube):
         return super().list(kind, namespace, labels)
 
     def list_if_served(
-        self, kind: str, namespace: str, labels: dict[str, str] | None = None, live: bool = False
+        self, kind: str, namespace: str, labels: dict[str, str] | None = None
     ) -> list[dict[str, Any]] | None:
-        if kind in self.cache.kinds and not live:
+        """From the cache; None for a polled kind the cluster did not serve at the last resync (a CRD
+        installed since is found at the next one)."""
+        if kind in POLLED_KINDS and not self.served.get(kind, False):
+            return None
+        if kind in self.cache.kinds:
             return self.cache.list(kind, namespace, labels)
-        found = super().list_if_served(kind, namespace, labels)
-        if found is not None and kind in self.cache.kinds:
-            for obj in found:
-                self.cache.upsert(kind, obj)
-        return found
+        return super().list_if_served(kind, namespace, labels)
 
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         kind, meta = obj["kind"], obj["metadata"]
@@ -138,7 +140,10 @@ class CachedKube(Kube):
                     items, version = self.list_with_version(kind, namespace, labels)
                 except ApiException as error:
                     if error.status == 404 and kind in POLLED_KINDS:
-                        continue  # the CRD is not installed: nothing of that kind to know
+                        self.served[kind] = False  # the CRD is not installed: nothing of it to know
+                        self.cache.replace(kind, namespace, [], None)
+                        continue
                     raise
+                self.served[kind] = True
                 self.cache.replace(kind, namespace, items, version)
         log.debug("cache resynced: %s", {k: self.cache.count(k) for k in sorted(self.cache.kinds)})

@@ -19,6 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "kubeinfer_operator.bench.plan_command",
         "size a deployment: weights, KV cache, sequences that fit",
     ),
+    "status": (
+        "kubeinfer_operator.status_command",
+        "one screen: SLO measured vs targets, replicas, scaling decisions, rollout",
+    ),
+    "alerts": (
+        "kubeinfer_operator.alerts_command",
+        "the SLO's Prometheus rules: recording rules and burn-rate alerts",
+    ),
 }
 
 

@@ -13,6 +13,7 @@ nothing the operator wrote outside status.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +25,9 @@ from kubeinfer_operator.cached_kube import CachedKube
 from kubeinfer_operator.kube import load_client
 from kubeinfer_operator.leader import Leadership
 from kubeinfer_operator.metrics import RECONCILE_SECONDS, RECONCILES
-from kubeinfer_operator.metrics import serve as serve_metrics
 from kubeinfer_operator.names import GROUP, KIND, LABEL_ISVC, PLURAL, VERSION
 from kubeinfer_operator.reconcile import reconcile
+from kubeinfer_operator.service_metrics import ServiceMetrics, serve
 from kubeinfer_operator.settings import Settings, load_settings
 from kubeinfer_operator.workqueue import Key, WorkQueue
 
@@ -49,6 +50,8 @@ class Operator:
         after what events ask for) resync passes."""
         self.wanted.add(key)
         self.queue.add(key, background)
+
+    metrics: ServiceMetrics | None = None  # the operator's /metrics, when settings.metrics_port is set
 
     def leading(self) -> bool:
         return self.leadership is None or self.leadership.leading.is_set()
@@ -109,6 +112,8 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
     await asyncio.to_thread(kube.resync, config.namespaces)
     operator = Operator(config, kube, WorkQueue(lambda key: operator.process(key)), None)
     operator.autoscaler = Autoscaler(kube, config, operator.queue.add)
+    if config.metrics_port:
+        operator.metrics = serve(config.metrics_port)
     if config.leader_election:
 
         def elected() -> None:
@@ -116,7 +121,6 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
 
         operator.leadership = Leadership(config.lease_name, config.lease_namespace, config.identity, elected)
         operator.leadership.start()
-    serve_metrics(config.metrics_port)
     operator.tasks = [loop.create_task(operator.queue.worker()) for _ in range(config.workers)]
     operator.tasks.append(loop.create_task(operator.resync()))
     memo.operator = operator
@@ -145,10 +149,15 @@ def _cache_event(operator: Operator, kind: str, event: kopf.RawEvent) -> None:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def inference_service_changed(
-    name: str, namespace: str, event: kopf.RawEvent, memo: kopf.Memo, **_: Any
+    name: str, namespace: str, event: kopf.RawEvent, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
     _cache_event(memo.operator, KIND, event)
     memo.operator.want((namespace, name))
+    if (metrics := memo.operator.metrics) is not None:
+        if event["type"] == "DELETED":
+            metrics.forget(namespace, name)
+        else:
+            metrics.observe(namespace, name, copy.deepcopy(dict(body.get("status") or {})))
 
 
 def _owner(body: kopf.Body, labels: kopf.Labels) -> str:

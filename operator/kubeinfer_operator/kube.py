@@ -27,6 +27,7 @@ _PATHS = {
     "Role": ("/apis/rbac.authorization.k8s.io/v1", "roles"),
     "RoleBinding": ("/apis/rbac.authorization.k8s.io/v1", "rolebindings"),
     "HTTPRoute": ("/apis/gateway.networking.k8s.io/v1", "httproutes"),  # only where Gateway API is installed
+    "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules"),  # only with Prometheus Operator
 }
 REQUEST_TIMEOUT_SECONDS = 30
 
@@ -108,12 +109,10 @@ class Kube:
         return self.list_with_version(kind, namespace, dict(labels or {}))[0]
 
     def list_if_served(
-        self, kind: str, namespace: str, labels: dict[str, str] | None = None, live: bool = False
+        self, kind: str, namespace: str, labels: dict[str, str] | None = None
     ) -> list[dict[str, Any]] | None:
-        """As `list`, but None where the cluster does not serve the kind (a CRD not installed). `live`
-        matters only to a cached client: read the API, not the cache."""
+        """As `list`, but None where the cluster does not serve the kind (a CRD not installed)."""
         try:
-            # list_with_version always asks the API (a cached client overrides `list` only).
             return self.list_with_version(kind, namespace, dict(labels or {}))[0]
         except ApiException as error:
             if error.status == 404:

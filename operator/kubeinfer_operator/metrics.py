@@ -1,10 +1,11 @@
-"""The operator's own metrics, served on its metrics port: what it asks of the apiserver and how often
-it reconciles, so its cost per InferenceService can be watched (benchmarks/operator_scale.py reads them)
-beside the process metrics prometheus_client exports (resident memory, CPU seconds)."""
+"""The operator's own metrics, served with the services' (service_metrics.py) on its metrics port: what
+it asks of the apiserver and how often it reconciles, so its cost per InferenceService can be watched
+(benchmarks/operator_scale.py reads them), beside the process metrics prometheus_client exports
+(resident memory, CPU seconds)."""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Histogram
 
 API_REQUESTS = Counter(
     "kubeinfer_operator_api_requests",
@@ -18,9 +19,3 @@ RECONCILE_SECONDS = Histogram(
     "Time one reconcile of one InferenceService took, API requests included.",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
-
-
-def serve(port: int) -> None:
-    """Serve /metrics on all interfaces (a thread of prometheus_client's); port 0 turns it off."""
-    if port:
-        start_http_server(port)

@@ -52,12 +52,14 @@ from kubeinfer_operator.serving_path import (
     url_answers,
 )
 from kubeinfer_operator.settings import Settings
+from kubeinfer_operator.slo_alerts import alert_objects
 from kubeinfer_operator.status import (
     Observation,
     RevisionView,
     degraded_condition,
     invalid_spec_conditions,
     is_warning,
+    kstatus_conditions,
     progressing_condition,
     ready_condition,
 )
@@ -85,6 +87,9 @@ class Plan:
 # Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
 SWITCH_POLL_S = 1.0  # how soon to look again while the URL does not answer from the path it should
 TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
+# Owned objects deleted when the plan stops rendering them: the traffic kinds, and the SLO's alert rules
+# (alerts switched off, or an engine whose metrics carry no objectives).
+PRUNED_KINDS = (*TRAFFIC_KINDS, "PrometheusRule")
 
 
 def traffic_selector(kind: str, name: str) -> dict[str, str]:
@@ -127,9 +132,11 @@ def _status(
 ) -> tuple[dict[str, Any], tuple[Transition, ...]]:
     previous = (isvc.get("status") or {}).get("conditions") or []
     generation = isvc["metadata"].get("generation", 0)
+    # Reconciling / Stalled restate the others for kstatus readers: in status, but no Events of their own.
+    derived = kstatus_conditions(conditions)
     status = {
         "observedGeneration": generation,
-        "conditions": merge(previous, conditions, now, generation),
+        "conditions": merge(previous, [*conditions, *derived], now, generation),
         **fields,
     }
     return status, tuple(transitions(previous, conditions))
@@ -336,17 +343,10 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     deployments = [d for d in kube.list("Deployment", meta["namespace"], labels) if _owned_by(d, meta["uid"])]
     pods = kube.list("Pod", meta["namespace"], labels)
     kv = kv_capacity.check(spec, kv_capacity.model_shape(spec), kv_capacity.device_memory(spec))
-    # The HTTPRoute is read live while the spec routes through Gateway API (whether the cluster serves
-    # the kind at all matters then); otherwise from what the client knows, to delete a leftover one.
-    gateway = spec.rollout.strategy == "Canary" and spec.rollout.gateway_api is not None
+    # Kinds a CRD may bring (HTTPRoute, PrometheusRule) are None where the cluster does not serve them.
     traffic = {
-        kind: kube.list_if_served(
-            kind,
-            meta["namespace"],
-            traffic_selector(kind, meta["name"]),
-            live=gateway and kind == "HTTPRoute",
-        )
-        for kind in TRAFFIC_KINDS
+        kind: kube.list_if_served(kind, meta["namespace"], traffic_selector(kind, meta["name"]))
+        for kind in PRUNED_KINDS
     }
     serving, foreign, prunable = observe_serving(isvc, spec, pods, traffic, settings)
     if spec.rollout.strategy == "Canary":
@@ -357,13 +357,12 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         )
     else:
         planned = plan(isvc, spec, deployments, pods, settings, kv, now, serving)
+    alerts = alert_objects(settings, isvc, spec, served=traffic["PrometheusRule"] is not None)
+    planned = replace(planned, apply=planned.apply + alerts)
     stale = stale_objects(traffic, planned.apply, meta["uid"])
     routing = desired_routing(spec)
-    held = (
-        ()
-        if prunable
-        else tuple(s for s in stale if routing_of(s[0], s[1], meta["name"]) not in (None, routing))
-    )
+    previous = tuple(s for s in stale if routing_of(s[0], s[1], meta["name"]) not in (None, routing))
+    held = () if prunable else previous
     requeue = planned.requeue_after
     if held or (foreign and not prunable) or (serving.path.ready_pods and not serving.answers):
         requeue = min(requeue or SWITCH_POLL_S, SWITCH_POLL_S)  # kube-proxy's sync is no event we see

@@ -20,6 +20,7 @@ from kubeinfer_operator.names import (
     API_VERSION,
     APP_NAME,
     CONTAINER_NAME,
+    GROUP,
     HTTP_PORT,
     KIND,
     LABEL_APP,
@@ -203,6 +204,20 @@ def _env(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in SCRATCH_ENV.items() if k not in names] + user
 
 
+def _pod_annotations(spec: InferenceServiceSpec, settings: Settings) -> dict[str, str]:
+    annotations = {}
+    if settings.scrape_annotations:  # off where PodMonitors select the pods
+        annotations |= {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(HTTP_PORT),
+            "prometheus.io/path": "/metrics",
+        }
+    if spec.model.revision:
+        # Part of the hashed template, so a new spec.model.revision is a new revision whatever the source.
+        annotations[f"{GROUP}/model-revision"] = spec.model.revision
+    return annotations
+
+
 def render_pod_template(owner: Owner, spec: InferenceServiceSpec, settings: Settings) -> PodTemplate:
     runtime = spec.runtime
     volume, model_path = _model_location(spec)
@@ -218,7 +233,7 @@ def render_pod_template(owner: Owner, spec: InferenceServiceSpec, settings: Sett
     template = _render(
         "pod.yaml.j2",
         labels=owned_labels(owner.name),
-        model_revision=spec.model.revision,
+        annotations=_pod_annotations(spec, settings),
         spread_labels={LABEL_ISVC: owner.name},
         port=HTTP_PORT,
         grace_seconds=PRE_STOP_SECONDS + drain + 10,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -27,8 +28,16 @@ class Settings:
     lease_namespace: str = "default"
     identity: str = ""
     workers: int = 4
-    metrics_port: int = 8081
-    """Port of the operator's own /metrics (metrics.py); 0 turns it off."""
+    slo_alerts: bool = True
+    """Write a PrometheusRule with the SLO's burn-rate alerts per InferenceService, where the cluster
+    serves the PrometheusRule kind (Prometheus Operator)."""
+    scrape_annotations: bool = True
+    """prometheus.io/scrape annotations on runtime and router pods; off when PodMonitors select them."""
+    monitoring_labels: tuple[tuple[str, str], ...] = ()
+    """Labels for the PrometheusRules, e.g. the release label a Prometheus' ruleSelector matches."""
+    metrics_port: int = 0
+    """Port of the operator's own /metrics (API requests, reconciles, memory; replica counts, canary
+    weight, scaling decisions); 0: off. The chart sets 8081."""
     probe_service_url: bool = False
     """Probe each InferenceService's URL (its Service, through the cluster's proxies) before calling it
     Ready and before deleting the objects of a routing it left. Needs the operator inside the cluster;
@@ -53,14 +62,18 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
     try:
         resync = float(env.get("KUBEINFER_RESYNC_SECONDS", defaults.resync_seconds))
         workers = int(env.get("KUBEINFER_WORKERS", defaults.workers))
-        metrics_port = int(env.get("KUBEINFER_METRICS_PORT", defaults.metrics_port))
     except ValueError as error:
-        raise ValueError(
-            f"KUBEINFER_RESYNC_SECONDS / KUBEINFER_WORKERS / KUBEINFER_METRICS_PORT: {error}"
-        ) from None
+        raise ValueError(f"KUBEINFER_RESYNC_SECONDS / KUBEINFER_WORKERS: {error}") from None
     if resync <= 0 or workers < 1:
         raise ValueError("KUBEINFER_RESYNC_SECONDS must be > 0 and KUBEINFER_WORKERS >= 1")
     pod = env.get("POD_NAME") or socket.gethostname()
+    labels = _labels("KUBEINFER_MONITORING_LABELS", env.get("KUBEINFER_MONITORING_LABELS", ""))
+    try:
+        metrics_port = int(env.get("KUBEINFER_METRICS_PORT", defaults.metrics_port))
+    except ValueError:
+        raise ValueError(
+            f"KUBEINFER_METRICS_PORT={env['KUBEINFER_METRICS_PORT']!r}: expected a port"
+        ) from None
     return Settings(
         runtime_image=env.get("KUBEINFER_RUNTIME_IMAGE", defaults.runtime_image),
         prometheus_url=env.get("KUBEINFER_PROMETHEUS_URL", defaults.prometheus_url),
@@ -73,6 +86,11 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         # Unique per process: a restarted pod with the same name must not inherit the old lease.
         identity=f"{pod}_{uuid.uuid4().hex[:8]}",
         workers=workers,
+        slo_alerts=_flag("KUBEINFER_SLO_ALERTS", env.get("KUBEINFER_SLO_ALERTS", "true")),
+        scrape_annotations=_flag(
+            "KUBEINFER_SCRAPE_ANNOTATIONS", env.get("KUBEINFER_SCRAPE_ANNOTATIONS", "true")
+        ),
+        monitoring_labels=labels,
         metrics_port=metrics_port,
         # In a pod the cluster's Service addresses are reachable: probe there unless told not to.
         probe_service_url=_flag(
@@ -80,3 +98,16 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
             env.get("KUBEINFER_PROBE_SERVICE_URL", "true" if env.get("KUBERNETES_SERVICE_HOST") else "false"),
         ),
     )
+
+
+def _labels(name: str, value: str) -> tuple[tuple[str, str], ...]:
+    """A JSON object of string labels (the chart writes it with toJson); empty means none."""
+    if not value.strip():
+        return ()
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{name}: not JSON: {error}") from None
+    if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
+        raise ValueError(f"{name}={value!r}: expected a JSON object of string values")
+    return tuple(sorted(parsed.items()))

@@ -164,3 +164,26 @@ def is_warning(condition: Condition) -> bool:
     if condition.type == "Degraded":
         return condition.status == "True"
     return condition.status == "False"
+
+
+def kstatus_conditions(conditions: list[Condition]) -> tuple[Condition, Condition]:
+    """Reconciling and Stalled, the abnormal-true conditions of the kstatus conventions (what Flux's
+    health checks, `kubectl wait` and cli-utils read), derived from this reconcile's own conditions:
+
+    - Stalled=True while Degraded is True (pods that cannot schedule or start, a rolled-back canary, an
+      invalid spec): the operator cannot reach the spec without someone acting. kstatus: Failed.
+    - Reconciling=True while a rollout or scaling is under way (Progressing=True) or the replicas are
+      still coming up (Ready=False for a starting reason), and nothing is stalled. kstatus: InProgress.
+    - Neither: kstatus reads the service as Current (Ready, or parked at spec.replicas 0).
+    """
+    by_type = {c.type: c for c in conditions}
+    degraded, progressing, ready = by_type.get("Degraded"), by_type.get("Progressing"), by_type.get("Ready")
+    if degraded is not None and degraded.status == "True":
+        stalled = Condition("Stalled", "True", degraded.reason, degraded.message)
+        return Condition("Reconciling", "False", "Stalled", "Stalled: " + degraded.message), stalled
+    not_stalled = Condition("Stalled", "False", "AsExpected", "Nothing blocks the rollout or the replicas.")
+    if progressing is not None and progressing.status == "True":
+        return Condition("Reconciling", "True", progressing.reason, progressing.message), not_stalled
+    if ready is not None and ready.status != "True" and ready.reason in STARTING_REASONS - {"ScaledToZero"}:
+        return Condition("Reconciling", "True", ready.reason, ready.message), not_stalled
+    return Condition("Reconciling", "False", "Reconciled", "The replicas match the spec."), not_stalled

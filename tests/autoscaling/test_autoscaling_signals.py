@@ -142,7 +142,7 @@ def test_slo_readings_are_queried_per_service_over_the_slo_window() -> None:
     assert set(builtin) == {"ttftP95", "tpotP95", "e2eP95", "errorRate"}
     assert "kubeinfer_time_to_first_token_seconds_bucket" in builtin["ttftP95"]
     assert "[5m]" in builtin["tpotP95"] and 'inferenceservice="chat"' in builtin["e2eP95"]
-    assert 'outcome=~"error|timeout"' in builtin["errorRate"]
+    assert 'outcome=~"error|timeout|rejected"' in builtin["errorRate"]  # refusals count, as the SLO says
     # vLLM exports no failure counter: no error rate is made up for it.
     vllm = slo_queries(engine_metrics("vllm"), "prod", "chat", "5m")
     assert "errorRate" not in vllm and "vllm:time_to_first_token_seconds_bucket" in vllm["ttftP95"]

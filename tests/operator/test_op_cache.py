@@ -123,10 +123,11 @@ def test_a_resync_seeds_every_cached_kind_with_one_list_each() -> None:
     assert {verb for verb, _ in api.requests} == {"list"}
 
 
-def test_a_live_list_asks_the_api_and_says_when_the_kind_is_not_served() -> None:
+def test_a_kind_the_cluster_does_not_serve_is_known_from_the_resync() -> None:
     api = FakeAPI()
     api.missing_kinds.add("HTTPRoute")
-    assert api.list_if_served("HTTPRoute", "ns") == []  # from the cache: nothing known
-    assert api.requests == []
-    assert api.list_if_served("HTTPRoute", "ns", live=True) is None  # the API: no such kind here
-    assert api.requests == [("list", "HTTPRoute")]
+    api.resync(["ns"])
+    api.requests.clear()
+    assert api.list_if_served("HTTPRoute", "ns") is None  # no such kind here (a 404 at the resync)
+    assert api.list_if_served("PrometheusRule", "ns") == []  # served, nothing of it yet
+    assert api.requests == []  # both answered from what the resync learnt

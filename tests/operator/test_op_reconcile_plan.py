@@ -59,6 +59,13 @@ def test_a_new_service_gets_its_objects_and_a_creating_status() -> None:
     }
 
 
+def test_status_carries_the_kstatus_conditions_without_events_of_their_own() -> None:
+    result = _plan(example("tiny-cpu.yaml"), [], [])
+    assert _condition(result.status, "Reconciling") == ("True", "ScalingReplicas")
+    assert _condition(result.status, "Stalled") == ("False", "AsExpected")
+    assert not {"Reconciling", "Stalled"} & {t.condition.type for t in result.transitions}
+
+
 def test_replanning_an_unchanged_world_changes_nothing() -> None:
     manifest = example("tiny-cpu.yaml")
     revision = _revision(manifest)

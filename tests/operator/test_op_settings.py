@@ -26,6 +26,21 @@ def test_chart_environment_is_read() -> None:
     assert settings.identity.startswith("kubeinfer-operator-abc_")
 
 
+def test_monitoring_settings_are_read() -> None:
+    settings = load_settings(
+        {
+            "KUBEINFER_SLO_ALERTS": "false",
+            "KUBEINFER_SCRAPE_ANNOTATIONS": "false",
+            "KUBEINFER_MONITORING_LABELS": '{"release": "kps", "team": "llm"}',
+            "KUBEINFER_METRICS_PORT": "8081",
+        }
+    )
+    assert (settings.slo_alerts, settings.scrape_annotations, settings.metrics_port) == (False, False, 8081)
+    assert settings.monitoring_labels == (("release", "kps"), ("team", "llm"))
+    defaults = load_settings({})
+    assert (defaults.slo_alerts, defaults.scrape_annotations, defaults.monitoring_labels) == (True, True, ())
+
+
 def test_two_processes_of_one_pod_never_share_an_identity() -> None:
     env = {"POD_NAME": "same"}
     assert load_settings(env).identity != load_settings(env).identity
@@ -37,6 +52,10 @@ def test_two_processes_of_one_pod_never_share_an_identity() -> None:
         ({"KUBEINFER_LOG_LEVEL": "loud"}, "KUBEINFER_LOG_LEVEL"),
         ({"KUBEINFER_LEADER_ELECTION": "maybe"}, "KUBEINFER_LEADER_ELECTION"),
         ({"KUBEINFER_RESYNC_SECONDS": "0"}, "KUBEINFER_RESYNC_SECONDS"),
+        ({"KUBEINFER_MONITORING_LABELS": "release=x"}, "KUBEINFER_MONITORING_LABELS"),
+        ({"KUBEINFER_MONITORING_LABELS": '{"n": 1}'}, "KUBEINFER_MONITORING_LABELS"),
+        ({"KUBEINFER_METRICS_PORT": "http"}, "KUBEINFER_METRICS_PORT"),
+        ({"KUBEINFER_SLO_ALERTS": "perhaps"}, "KUBEINFER_SLO_ALERTS"),
     ],
 )
 def test_bad_values_name_their_variable(env: dict[str, str], named: str) -> None:

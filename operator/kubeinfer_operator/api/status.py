@@ -15,7 +15,16 @@ from .base import KubeModel
 from .durations import Duration
 
 MAX_DECISIONS = 20
-CONDITION_TYPES = ("Ready", "Progressing", "Degraded", "SLOMet", "MetricsAvailable", "ScalingLimited")
+CONDITION_TYPES = (
+    "Ready",
+    "Progressing",
+    "Degraded",
+    "Reconciling",
+    "Stalled",
+    "SLOMet",
+    "MetricsAvailable",
+    "ScalingLimited",
+)
 
 
 def _free_form(schema: dict[str, Any]) -> None:
@@ -33,9 +42,10 @@ class StatusModel(KubeModel):
 class Condition(StatusModel):
     """One aspect of the service's state, as in metav1.Condition. Types: Ready (serving traffic),
     Progressing (a rollout or scaling is under way), Degraded (a rollout was aborted or replicas
-    fail), SLOMet (the SLO holds over slo.window), MetricsAvailable (Prometheus answers for every
-    signal), ScalingLimited (desired replicas cannot be reached: maxReplicas, unschedulable GPUs,
-    or spec.replicas pinned)."""
+    fail), Reconciling and Stalled (the kstatus conventions Flux and kubectl wait read: work under way;
+    stuck until someone acts), SLOMet (the SLO holds over slo.window), MetricsAvailable (Prometheus
+    answers for every signal), ScalingLimited (desired replicas cannot be reached: maxReplicas,
+    unschedulable GPUs, or spec.replicas pinned)."""
 
     type: str = Field(max_length=64)
     """Condition type, e.g. Ready."""

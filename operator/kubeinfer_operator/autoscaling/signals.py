@@ -49,7 +49,8 @@ def slo_queries(metrics: EngineMetrics, namespace: str, name: str, window: str) 
 
     out = {"ttftP95": p95(metrics.ttft), "tpotP95": p95(metrics.tpot), "e2eP95": p95(metrics.e2e)}
     if metrics.outcomes:
-        failed = _with(sel, 'outcome=~"error|timeout"')
+        # As spec.slo.errorRate counts them (and the canary analysis, and the burn-rate alerts): 429s too.
+        failed = _with(sel, 'outcome=~"error|timeout|rejected"')
         out["errorRate"] = (
             f"sum(rate({metrics.outcomes}{failed}[{window}])) / sum(rate({metrics.outcomes}{sel}[{window}]))"
         )
