@@ -2,8 +2,8 @@
 
 N InferenceServices that need no pods (`spec.replicas: 0`) are created at once in one namespace served by
 one operator pod installed by the chart. Measured, from the operator's own /metrics and the apiserver:
-- time until all N have converged (status.observedGeneration == generation, Deployment + Service + PDB
-  each exist);
+- time until all N have converged (status.observedGeneration == generation and Progressing=Complete,
+  Deployment + Service + PDB each exist);
 - the operator's resident memory once converged;
 - the API requests it makes while nothing changes, per minute, by verb (reads and writes);
 - how long a spec change to one of them takes to be applied (patch -> status.observedGeneration), p50/p95,
@@ -72,11 +72,17 @@ def requests_between(before: dict[str, float], after: dict[str, float], per: flo
 
 def converged(cluster: Any, n: int) -> int:
     isvcs = get(cluster, "infsvc", "-n", NAMESPACE)["items"]
-    done = {
-        o["metadata"]["name"]
-        for o in isvcs
-        if (o.get("status") or {}).get("observedGeneration") == o["metadata"].get("generation")
-    }
+
+    def settled(obj: dict[str, Any]) -> bool:
+        """The operator has seen this generation and its Deployment reports back (Progressing Complete):
+        no write is still due."""
+        status = obj.get("status") or {}
+        progressing = next((c for c in status.get("conditions") or [] if c["type"] == "Progressing"), {})
+        return status.get("observedGeneration") == obj["metadata"].get("generation") and (
+            progressing.get("reason") == "Complete"
+        )
+
+    done = {o["metadata"]["name"] for o in isvcs if settled(o)}
     owned = {}
     for kind in ("deployments", "services", "poddisruptionbudgets"):
         items = get(cluster, kind, "-n", NAMESPACE, "-l", "serving.kubeinfer.dev/inferenceservice")["items"]
