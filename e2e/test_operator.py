@@ -209,6 +209,22 @@ def test_a_hand_scaled_deployment_is_set_back(operator: Any, tiny: dict[str, Any
     )
 
 
+def wait_rolled_out(cluster: Any, name: str, old_revision: str) -> dict[str, Any]:
+    """The InferenceService once a revision other than `old_revision` serves alone, all replicas up."""
+
+    def rolled_out() -> dict[str, Any] | None:
+        isvc = get(cluster, "infsvc", name, "-n", NAMESPACE)
+        status = isvc["status"]
+        done = (
+            status.get("observedGeneration") == isvc["metadata"]["generation"]
+            and status.get("stableRevision") not in (None, old_revision)
+            and condition(isvc, "Progressing").get("reason") == "Complete"
+        )
+        return isvc if done else None
+
+    return wait_for("the new revision to replace the old", rolled_out, timeout=120)
+
+
 def test_a_spec_change_rolls_out_a_new_revision(operator: Any, tiny: dict[str, Any]) -> None:
     first = get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"]["stableRevision"]
     operator.kubectl(
@@ -222,17 +238,7 @@ def test_a_spec_change_rolls_out_a_new_revision(operator: Any, tiny: dict[str, A
         '{"spec":{"runtime":{"maxNumSeqs":4}}}',
     )
 
-    def rolled_out() -> dict[str, Any] | None:
-        isvc = get(operator, "infsvc", "tiny", "-n", NAMESPACE)
-        status = isvc["status"]
-        done = (
-            status.get("observedGeneration") == isvc["metadata"]["generation"]
-            and status.get("stableRevision") not in (None, first)
-            and condition(isvc, "Progressing").get("reason") == "Complete"
-        )
-        return isvc if done else None
-
-    isvc = wait_for("the new revision to replace the old", rolled_out, timeout=120)
+    isvc = wait_rolled_out(operator, "tiny", first)
     second = isvc["status"]["stableRevision"]
     deployments = owned(operator, "deployments", "tiny")
     assert [d["metadata"]["name"] for d in deployments] == [f"tiny-{second}"]
@@ -254,17 +260,7 @@ def test_a_model_revision_change_alone_rolls_out_a_new_revision(operator: Any, t
     patch = '{"spec":{"model":{"revision":"v2"}}}'
     operator.kubectl("patch", "infsvc", "tiny", "-n", NAMESPACE, "--type=merge", "-p", patch)
 
-    def rolled_out() -> str | None:
-        isvc = get(operator, "infsvc", "tiny", "-n", NAMESPACE)
-        status = isvc["status"]
-        done = (
-            status.get("observedGeneration") == isvc["metadata"]["generation"]
-            and status.get("stableRevision") not in (None, first)
-            and condition(isvc, "Progressing").get("reason") == "Complete"
-        )
-        return status["stableRevision"] if done else None
-
-    second = wait_for("the model revision to roll out", rolled_out, timeout=120)
+    second = wait_rolled_out(operator, "tiny", first)["status"]["stableRevision"]
     (deployment,) = owned(operator, "deployments", "tiny")
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert deployment["metadata"]["name"] == f"tiny-{second}"
