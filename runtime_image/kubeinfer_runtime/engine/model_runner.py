@@ -71,10 +71,12 @@ class ModelRunner:
         self.block_size = config.block_size
         self.cpu_kernels = (
             self.device.type == "cpu"
-            and self.dtype == torch.float32
+            and self.dtype in fused_ops.KERNEL_DTYPES
             and fused_ops.use_cpu_kernels(config.cpu_kernels)
         )
-        self.model = load_model(config.model, model_config, self.dtype, self.device, threads)
+        self.model = load_model(
+            config.model, model_config, self.dtype, self.device, threads, config.quantization
+        )
 
         requested = config.max_model_len or model_config.max_position_embeddings
         if requested > model_config.max_position_embeddings:

@@ -1,4 +1,5 @@
-"""The model's fused steps: C++ kernels on CPU in float32 (csrc/cpu_ops.cpp), eager PyTorch otherwise.
+"""The model's fused steps: C++ kernels on CPU in float32 and bfloat16 (csrc/cpu_ops.cpp), eager PyTorch
+otherwise (CUDA, float16, or a machine without a compiler).
 
 The kernels are compiled on first use with the machine's C++ compiler (torch.utils.cpp_extension, about
 a minute, cached under TORCH_EXTENSIONS_DIR); `python -m kubeinfer_runtime.models.fused_ops` builds them
@@ -21,8 +22,10 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).parent / "csrc" / "cpu_ops.cpp"
 _state: dict[str, bool] = {"loaded": False, "enabled": False, "streamed_matmul": False}
 # Rows up to this many take the C++ streamed product; more go to MKL, whose blocking pays off once each
-# weight element serves enough rows.
+# weight element serves enough rows (int8 weights: the C++ tiled product, which dequantizes for MKL).
 STREAMED_ROWS = 4
+KERNEL_DTYPES = (torch.float32, torch.bfloat16)
+INT8_MAX = 127
 
 
 def load_cpu_kernels(verbose: bool = False) -> None:
@@ -34,16 +37,22 @@ def load_cpu_kernels(verbose: bool = False) -> None:
     load(
         name="kubeinfer_cpu_ops",
         sources=[str(SOURCE)],
-        # native: the build runs on the machine that uses it (cached per machine); an image built
-        # elsewhere names a baseline instead (runtime_image/Dockerfile: x86-64-v3, AVX2 and FMA).
+        # native: the build runs on the machine that uses it (cached per machine), so the kernels get
+        # the widest vectors it has (AVX-512 where present, else AVX2); an image built elsewhere names
+        # a baseline instead (runtime_image/Dockerfile: x86-64-v3, AVX2 and FMA).
         extra_cflags=["-O3", f"-march={os.environ.get('KUBEINFER_CPU_KERNEL_ARCH', 'native')}", "-fopenmp"],
         extra_ldflags=["-fopenmp"],
         is_python_module=False,
         verbose=verbose,
     )
     _state["loaded"] = True
-    # Compiled in only where the build targets AVX2 and FMA (see cpu_ops.cpp).
-    _state["streamed_matmul"] = hasattr(torch.ops.kubeinfer, "packed_linear")
+    # Without vector FMA (a build for a pre-AVX2 baseline) MKL beats the plain-loop float32 product.
+    _state["streamed_matmul"] = cpu_isa() != "none"
+
+
+def cpu_isa() -> str:
+    """The vector instructions the built kernels use: 'avx512', 'avx2' or 'none' (not built: 'unbuilt')."""
+    return str(torch.ops.kubeinfer.cpu_isa()) if _state["loaded"] else "unbuilt"
 
 
 def use_cpu_kernels(wanted: bool) -> bool:
@@ -59,7 +68,7 @@ def use_cpu_kernels(wanted: bool) -> bool:
 
 
 def _kernel(x: torch.Tensor) -> bool:
-    return _state["enabled"] and x.dtype == torch.float32 and x.device.type == "cpu"
+    return _state["enabled"] and x.dtype in KERNEL_DTYPES and x.device.type == "cpu"
 
 
 def add_rms_norm(
@@ -139,12 +148,44 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def packed_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x [rows, in] times a weight stored as blocks of output rows [splits, out / splits, in]."""
-    if _kernel(x) and x.shape[0] <= STREAMED_ROWS and _state["streamed_matmul"]:
-        return torch.ops.kubeinfer.packed_linear(x, weight, bias)
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-output-channel int8: (q [out, in] int8, scales [out] float32), weight ~ q * scales.
+
+    Each row's scale maps its largest magnitude to 127 (the range stays symmetric: -128 is unused); an
+    all-zero row gets scale 1 so it dequantizes to zeros rather than NaN.
+    """
+    w = weight.detach().float()
+    absmax = w.abs().amax(dim=-1)
+    scales = torch.where(absmax > 0, absmax / INT8_MAX, torch.ones_like(absmax))
+    q = torch.round(w / scales[:, None]).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scales
+
+
+def int8_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [rows, in] times int8 weight [out, in] with per-row scales, in eager torch ops (CUDA, and CPU
+    without the kernels): the matmul over the widened weight, then each output column times its scale."""
+    y = F.linear(x, weight.to(x.dtype)) * scales.to(x.dtype)
+    return y if bias is None else y + bias
+
+
+def packed_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scales: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x [rows, in] times a weight stored as blocks of output rows [splits, out / splits, in]: float32 or
+    bfloat16 like x, or int8 with `scales` [out] (see `quantize_int8`)."""
+    rows, quantized = x.shape[0], weight.dtype == torch.int8
+    if _kernel(x):
+        if rows <= STREAMED_ROWS and (weight.dtype != torch.float32 or _state["streamed_matmul"]):
+            return torch.ops.kubeinfer.packed_linear(x, weight, scales, bias)
+        if quantized:
+            return torch.ops.kubeinfer.int8_linear_tiled(x, weight, scales, bias)
+    if quantized:
+        assert scales is not None
+        return int8_linear(x, weight.flatten(0, 1), scales, bias)
+    if weight.dtype != torch.float32:  # oneDNN's half-precision matmul over the plain [out, in] matrix
+        return F.linear(x, weight.flatten(0, 1), bias)
     y = torch.bmm(x.expand(weight.shape[0], *x.shape), weight.transpose(1, 2))  # [splits, rows, out / splits]
-    y = y.transpose(0, 1).reshape(x.shape[0], -1)  # a view for a single row, a copy for more
+    y = y.transpose(0, 1).reshape(rows, -1)  # a view for a single row, a copy for more
     return y if bias is None else y + bias
 
 
@@ -154,7 +195,7 @@ def main() -> int:
         f"building {SOURCE.name} into {os.environ.get('TORCH_EXTENSIONS_DIR', 'the torch extensions cache')}"
     )
     load_cpu_kernels(verbose="-v" in sys.argv)
-    print("CPU kernels ready")
+    print(f"CPU kernels ready ({cpu_isa()})")
     return 0
 
 

@@ -122,12 +122,21 @@ class Linear(nn.Module):
     share of memory bandwidth, where the blocks let every core stream its own. On bench-60m (2 cores)
     a batch-1 step's 33 matmuls took 9.0 ms with oneDNN's prepacked weights, 7.5 ms as one batched
     MKL matmul over column slices, and ~30% less again in the C++ kernel over row blocks.
+
+    `quantize_int8()` replaces the weight by int8 values and one float32 scale per output row
+    (weight-only quantization: activations keep the model dtype, the weight is widened in registers).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        self.register_buffer("scales", None)  # float32, one per output row, once quantized
+
+    def quantize_int8(self) -> None:
+        q, scales = fused_ops.quantize_int8(self.weight)
+        self.weight = nn.Parameter(q, requires_grad=False)
+        self.scales = scales
 
     def pack_for_cpu(self, splits: int) -> None:
         out_features, in_features = self.weight.shape
@@ -136,9 +145,11 @@ class Linear(nn.Module):
         self.weight = nn.Parameter(self.weight.detach().view(splits, -1, in_features), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.weight.dim() == 2:
-            return F.linear(x, self.weight, self.bias)
-        return fused_ops.packed_linear(x, self.weight, self.bias)
+        if self.weight.dim() == 3:
+            return fused_ops.packed_linear(x, self.weight, self.bias, self.scales)
+        if self.scales is not None:
+            return fused_ops.int8_linear(x, self.weight, self.scales, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
 
 class RMSNorm(nn.Module):
@@ -240,6 +251,16 @@ class LlamaForCausalLM(nn.Module):
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def quantize_int8(self) -> None:
+        """Weight-only int8 for every matmul: the decoder layers' projections and an untied LM head.
+
+        A tied LM head is the embedding table, which the embedding lookup reads in the model dtype:
+        it stays as it is (vLLM too leaves a tied head unquantized).
+        """
+        for name, module in self.named_modules():
+            if isinstance(module, Linear) and not (name == "lm_head" and self.config.tie_word_embeddings):
+                module.quantize_int8()
 
     def pack_for_cpu(self, splits: int) -> None:
         """View every matmul weight as one block of output rows per thread (see `Linear`)."""

@@ -1,26 +1,69 @@
-// CPU kernels for the decode path: what eager PyTorch spends ~40 small ops per layer on.
+// CPU kernels for the decode path: what eager PyTorch spends ~40 small ops per layer on, and the
+// weight-streaming matmul a few-row product is bound by.
 //
 // A batch-1 decode step on a small model is bound by memory bandwidth in its matmuls; every other op
 // costs a few microseconds of dispatch for almost no arithmetic. These kernels fold that glue into
 // four calls per layer: residual add + RMSNorm, rotary embedding + KV-cache write, attention over the
 // paged cache (no gather copy, every decode sequence in one call), and SiLU-and-multiply.
-// float32 only; the Python side (models/fused.py) falls back to eager ops for anything else.
+//
+// Activations are float32 or bfloat16 (computed in float32, rounded to bfloat16 where transformers'
+// bfloat16 modules round, so both give the same numbers); matmul weights are float32, bfloat16, or
+// int8 with one float32 scale per output row (weight-only quantization, dequantized in registers).
+// The vector width is the widest the build targets: AVX-512 where the compiler is told the machine
+// has it (-march=native on such a machine), else AVX2 + FMA, else plain loops the compiler vectorises
+// as it can. models/fused_ops.py falls back to eager ops for anything else.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
 #include <torch/library.h>
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 #include <vector>
 
 namespace {
 
-void check_float_cpu(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat, name, " must be a float32 CPU tensor");
+using bf16 = c10::BFloat16;
+
+inline float to_float(float v) { return v; }
+inline float to_float(bf16 v) { return static_cast<float>(v); }
+inline float to_float(int8_t v) { return static_cast<float>(v); }
+// float -> T: the identity for float, round-to-nearest-even for bfloat16 (what torch's casts do).
+template <typename T>
+inline T from_float(float v) {
+  return static_cast<T>(v);
+}
+// What a bfloat16 op rounds its float32 result to; the identity in float32.
+template <typename T>
+inline float rounded(float v) {
+  return to_float(from_float<T>(v));
+}
+
+void check_activation(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && (t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16), name,
+              " must be a float32 or bfloat16 CPU tensor, got ", t.scalar_type(), " on ", t.device());
+}
+
+// Calls fn(T{}) with T the C++ type of t's dtype: float or c10::BFloat16.
+template <typename F>
+void dispatch_activation(const at::Tensor& t, const char* name, F&& fn) {
+  check_activation(t, name);
+  if (t.scalar_type() == at::kFloat) {
+    fn(float{});
+  } else {
+    fn(bf16{});
+  }
+}
+
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), what, " must have the activations' dtype ",
+              a.scalar_type(), ", got ", b.scalar_type());
 }
 
 // Work below this many floats per parallel task runs on the calling thread: waking the pool costs
@@ -32,125 +75,133 @@ int64_t grain_for(int64_t floats_per_task) {
 }
 
 // residual (when given) += x, then returns rms_norm(residual) * weight; without residual, of x.
-// Same order of operations as transformers' LlamaRMSNorm in float32.
-at::Tensor add_rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& residual,
-                        const at::Tensor& weight, double eps) {
-  check_float_cpu(x, "x");
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be contiguous [tokens, hidden]");
-  const int64_t rows = x.size(0), hidden = x.size(1);
-  float* res = nullptr;
-  if (residual.has_value()) {
-    TORCH_CHECK(residual->sizes() == x.sizes() && residual->is_contiguous(), "residual must match x");
-    res = residual->data_ptr<float>();
-  }
-  auto out = at::empty_like(x);
-  const float* xp = x.data_ptr<float>();
-  const float* wp = weight.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const auto feps = static_cast<float>(eps);
+// Same order of operations and roundings as transformers' LlamaRMSNorm: statistics in float32, the
+// normalised row rounded to the model dtype before the weight multiplies it.
+template <typename T>
+void add_rms_norm_impl(const T* xp, T* res, const T* wp, T* op, int64_t rows, int64_t hidden, float eps) {
   at::parallel_for(0, rows, grain_for(hidden), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float* xr = xp + r * hidden;
-      float* src = res ? res + r * hidden : const_cast<float*>(xr);
-      float* yr = op + r * hidden;
+      const T* xr = xp + r * hidden;
+      T* src = res ? res + r * hidden : const_cast<T*>(xr);
+      T* yr = op + r * hidden;
       float sum_sq = 0.f;
       if (res) {
 #pragma omp simd reduction(+ : sum_sq)
         for (int64_t h = 0; h < hidden; ++h) {
-          src[h] += xr[h];
-          sum_sq += src[h] * src[h];
+          const T sum = from_float<T>(to_float(src[h]) + to_float(xr[h]));
+          src[h] = sum;
+          sum_sq += to_float(sum) * to_float(sum);
         }
       } else {
 #pragma omp simd reduction(+ : sum_sq)
-        for (int64_t h = 0; h < hidden; ++h) sum_sq += src[h] * src[h];
+        for (int64_t h = 0; h < hidden; ++h) sum_sq += to_float(src[h]) * to_float(src[h]);
       }
-      const float inv_rms = 1.f / std::sqrt(sum_sq / static_cast<float>(hidden) + feps);
+      const float inv_rms = 1.f / std::sqrt(sum_sq / static_cast<float>(hidden) + eps);
 #pragma omp simd
-      for (int64_t h = 0; h < hidden; ++h) yr[h] = wp[h] * (src[h] * inv_rms);
+      for (int64_t h = 0; h < hidden; ++h) {
+        yr[h] = from_float<T>(to_float(wp[h]) * rounded<T>(to_float(src[h]) * inv_rms));
+      }
     }
+  });
+}
+
+at::Tensor add_rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& residual,
+                        const at::Tensor& weight, double eps) {
+  check_activation(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous(), "x must be contiguous [tokens, hidden]");
+  check_same_dtype(x, weight, "weight");
+  if (residual.has_value()) {
+    TORCH_CHECK(residual->sizes() == x.sizes() && residual->is_contiguous(), "residual must match x");
+    check_same_dtype(x, *residual, "residual");
+  }
+  auto out = at::empty_like(x);
+  dispatch_activation(x, "x", [&](auto tag) {
+    using T = decltype(tag);
+    add_rms_norm_impl<T>(x.data_ptr<T>(), residual.has_value() ? residual->data_ptr<T>() : nullptr,
+                         weight.data_ptr<T>(), out.data_ptr<T>(), x.size(0), x.size(1), static_cast<float>(eps));
   });
   return out;
 }
 
 // qkv [tokens, heads + 2 * kv_heads, head_dim]: rotates the query and key heads in place
-// (x * cos + roll(x, head_dim / 2) * signed_sin, see attention.apply_rope_), then writes each token's
-// keys and values to cache [2 * kv_heads, slots, head_dim] at its slot.
-void rope_and_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& signed_sin,
-                    const at::Tensor& cache, const at::Tensor& slots, int64_t num_heads) {
-  check_float_cpu(qkv, "qkv");
-  check_float_cpu(cache, "cache");
-  TORCH_CHECK(qkv.dim() == 3 && qkv.is_contiguous() && cache.is_contiguous(), "qkv and cache must be contiguous");
-  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous(), "rope tables must be contiguous");
-  TORCH_CHECK(slots.scalar_type() == at::kLong, "slots must be int64");
-  const int64_t tokens = qkv.size(0), all_heads = qkv.size(1), dim = qkv.size(2), half = dim / 2;
-  const int64_t two_kv = all_heads - num_heads, cache_slots = cache.size(1);
-  TORCH_CHECK(cache.size(0) == two_kv && cache.size(2) == dim, "cache shape does not match qkv");
-  float* qp = qkv.data_ptr<float>();
-  const float* cp = cos.data_ptr<float>();
-  const float* sp = signed_sin.data_ptr<float>();
-  float* kvp = cache.data_ptr<float>();
-  const int64_t* slot = slots.data_ptr<int64_t>();
+// (x * cos + roll(x, head_dim / 2) * signed_sin, see fused_ops.apply_rope_; each product and the sum
+// rounded like transformers' ops in bfloat16), then writes each token's keys and values to cache
+// [2 * kv_heads, slots, head_dim] at its slot.
+template <typename T>
+void rope_and_cache_impl(T* qp, const T* cp, const T* sp, T* kvp, const int64_t* slot, int64_t tokens,
+                         int64_t all_heads, int64_t dim, int64_t num_heads, int64_t cache_slots) {
+  const int64_t half = dim / 2, two_kv = all_heads - num_heads;
   at::parallel_for(0, tokens, grain_for(all_heads * dim), [&](int64_t begin, int64_t end) {
-    std::vector<float> rotated(dim);
+    std::vector<T> rotated(dim);
     for (int64_t t = begin; t < end; ++t) {
       TORCH_CHECK(slot[t] >= 0 && slot[t] < cache_slots, "slot out of range");
-      const float* c = cp + t * dim;
-      const float* s = sp + t * dim;
+      const T* c = cp + t * dim;
+      const T* s = sp + t * dim;
       for (int64_t h = 0; h < num_heads + two_kv / 2; ++h) {
-        float* x = qp + (t * all_heads + h) * dim;
-        for (int64_t i = 0; i < dim; ++i) rotated[i] = x[i] * c[i] + x[(i + half) % dim] * s[i];
+        T* x = qp + (t * all_heads + h) * dim;
+        for (int64_t i = 0; i < dim; ++i) {
+          const float a = rounded<T>(to_float(x[i]) * to_float(c[i]));
+          const float b = rounded<T>(to_float(x[(i + half) % dim]) * to_float(s[i]));
+          rotated[i] = from_float<T>(a + b);
+        }
         std::copy(rotated.begin(), rotated.end(), x);
       }
       for (int64_t r = 0; r < two_kv; ++r) {
-        const float* src = qp + (t * all_heads + num_heads + r) * dim;
+        const T* src = qp + (t * all_heads + num_heads + r) * dim;
         std::copy(src, src + dim, kvp + (r * cache_slots + slot[t]) * dim);
       }
     }
   });
 }
 
+void rope_and_cache(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& signed_sin,
+                    const at::Tensor& cache, const at::Tensor& slots, int64_t num_heads) {
+  check_activation(qkv, "qkv");
+  TORCH_CHECK(qkv.dim() == 3 && qkv.is_contiguous() && cache.is_contiguous(), "qkv and cache must be contiguous");
+  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous(), "rope tables must be contiguous");
+  TORCH_CHECK(slots.scalar_type() == at::kLong, "slots must be int64");
+  for (const auto* t : {&cos, &signed_sin, &cache}) check_same_dtype(qkv, *t, "rope tables and cache");
+  const int64_t all_heads = qkv.size(1), dim = qkv.size(2);
+  TORCH_CHECK(cache.size(0) == all_heads - num_heads && cache.size(2) == dim, "cache shape does not match qkv");
+  dispatch_activation(qkv, "qkv", [&](auto tag) {
+    using T = decltype(tag);
+    rope_and_cache_impl<T>(qkv.data_ptr<T>(), cos.data_ptr<T>(), signed_sin.data_ptr<T>(), cache.data_ptr<T>(),
+                           slots.data_ptr<int64_t>(), qkv.size(0), all_heads, dim, num_heads, cache.size(1));
+  });
+}
+
 // One query token per sequence against its paged context: q [seqs, heads, head_dim] (any strides
 // along the first two dims), block_tables [seqs, max_blocks], context_lens [seqs]; returns
-// [seqs, heads, head_dim]. Keys and values are read in place from the cache, block by block.
-at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache, const at::Tensor& block_tables,
-                                  const at::Tensor& context_lens, int64_t block_size, double scale) {
-  check_float_cpu(q, "q");
-  check_float_cpu(cache, "cache");
-  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1, "q must be [seqs, heads, head_dim] with contiguous rows");
-  TORCH_CHECK(cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
-              "cache, block_tables and context_lens must be contiguous");
-  TORCH_CHECK(block_tables.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong,
-              "block_tables and context_lens must be int64");
-  const int64_t seqs = q.size(0), heads = q.size(1), dim = q.size(2);
-  const int64_t kv_heads = cache.size(0) / 2, cache_slots = cache.size(1), max_blocks = block_tables.size(1);
-  TORCH_CHECK(heads % kv_heads == 0, "query heads must be a multiple of kv heads");
-  const int64_t group = heads / kv_heads;
-  auto out = at::empty({seqs, heads, dim}, q.options());
-  const float* qp = q.data_ptr<float>();
-  const float* kvp = cache.data_ptr<float>();
-  const int64_t* tables = block_tables.data_ptr<int64_t>();
-  const int64_t* lens = context_lens.data_ptr<int64_t>();
-  float* op = out.data_ptr<float>();
-  const auto fscale = static_cast<float>(scale);
-  const int64_t longest = seqs ? *std::max_element(lens, lens + seqs) : 0;
-  TORCH_CHECK(longest <= max_blocks * block_size, "context longer than its block table");
+// [seqs, heads, head_dim]. Keys and values are read in place from the cache, block by block; scores,
+// softmax and the weighted sum in float32.
+template <typename T>
+void paged_decode_attention_impl(const at::Tensor& q, const T* kvp, const int64_t* tables, const int64_t* lens,
+                                 T* op, int64_t kv_heads, int64_t cache_slots, int64_t max_blocks,
+                                 int64_t block_size, float scale, int64_t longest) {
+  const int64_t seqs = q.size(0), heads = q.size(1), dim = q.size(2), group = heads / kv_heads;
+  const T* qp = q.data_ptr<T>();
+  const int64_t q_seq = q.stride(0), q_head = q.stride(1);
   // A task is one (sequence, kv head): its query heads share every key and value read.
   at::parallel_for(0, seqs * kv_heads, grain_for(group * longest * dim * 2), [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+    std::vector<float> scores, qf(group * dim), acc(dim);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t seq = task / kv_heads, kv_head = task % kv_heads, len = lens[seq];
-      const float* keys = kvp + kv_head * cache_slots * dim;
-      const float* values = kvp + (kv_heads + kv_head) * cache_slots * dim;
+      const T* keys = kvp + kv_head * cache_slots * dim;
+      const T* values = kvp + (kv_heads + kv_head) * cache_slots * dim;
+      for (int64_t g = 0; g < group; ++g) {
+        const T* qv = qp + seq * q_seq + (kv_head * group + g) * q_head;
+        for (int64_t i = 0; i < dim; ++i) qf[g * dim + i] = to_float(qv[i]);
+      }
       scores.assign(group * len, 0.f);
       for (int64_t t = 0; t < len; ++t) {
         const int64_t block = tables[seq * max_blocks + t / block_size];
-        const float* k = keys + (block * block_size + t % block_size) * dim;
+        const T* k = keys + (block * block_size + t % block_size) * dim;
         for (int64_t g = 0; g < group; ++g) {
-          const float* qv = qp + seq * q.stride(0) + (kv_head * group + g) * q.stride(1);
+          const float* qv = qf.data() + g * dim;
           float dot = 0.f;
 #pragma omp simd reduction(+ : dot)
-          for (int64_t i = 0; i < dim; ++i) dot += qv[i] * k[i];
-          scores[g * len + t] = dot * fscale;
+          for (int64_t i = 0; i < dim; ++i) dot += qv[i] * to_float(k[i]);
+          scores[g * len + t] = dot * scale;
         }
       }
       for (int64_t g = 0; g < group; ++g) {
@@ -159,88 +210,271 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache, 
         float total = 0.f;
         for (int64_t t = 0; t < len; ++t) total += (s[t] = std::exp(s[t] - peak));
         const float norm = 1.f / total;
-        float* o = op + (seq * heads + kv_head * group + g) * dim;
-        std::fill(o, o + dim, 0.f);
+        std::fill(acc.begin(), acc.end(), 0.f);
+        float* a = acc.data();
         for (int64_t t = 0; t < len; ++t) {
           const int64_t block = tables[seq * max_blocks + t / block_size];
-          const float* v = values + (block * block_size + t % block_size) * dim;
+          const T* v = values + (block * block_size + t % block_size) * dim;
           const float p = s[t] * norm;
 #pragma omp simd
-          for (int64_t i = 0; i < dim; ++i) o[i] += p * v[i];
+          for (int64_t i = 0; i < dim; ++i) a[i] += p * to_float(v[i]);
         }
+        T* o = op + (seq * heads + kv_head * group + g) * dim;
+        for (int64_t i = 0; i < dim; ++i) o[i] = from_float<T>(a[i]);
       }
     }
+  });
+}
+
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& cache, const at::Tensor& block_tables,
+                                  const at::Tensor& context_lens, int64_t block_size, double scale) {
+  check_activation(q, "q");
+  TORCH_CHECK(q.dim() == 3 && q.stride(2) == 1, "q must be [seqs, heads, head_dim] with contiguous rows");
+  TORCH_CHECK(cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
+              "cache, block_tables and context_lens must be contiguous");
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong,
+              "block_tables and context_lens must be int64");
+  check_same_dtype(q, cache, "cache");
+  const int64_t seqs = q.size(0), heads = q.size(1), dim = q.size(2);
+  const int64_t kv_heads = cache.size(0) / 2, max_blocks = block_tables.size(1);
+  TORCH_CHECK(heads % kv_heads == 0, "query heads must be a multiple of kv heads");
+  const int64_t* lens = context_lens.data_ptr<int64_t>();
+  const int64_t longest = seqs ? *std::max_element(lens, lens + seqs) : 0;
+  TORCH_CHECK(longest <= max_blocks * block_size, "context longer than its block table");
+  auto out = at::empty({seqs, heads, dim}, q.options());
+  dispatch_activation(q, "q", [&](auto tag) {
+    using T = decltype(tag);
+    paged_decode_attention_impl<T>(q, cache.data_ptr<T>(), block_tables.data_ptr<int64_t>(), lens,
+                                   out.data_ptr<T>(), kv_heads, cache.size(1), max_blocks, block_size,
+                                   static_cast<float>(scale), longest);
   });
   return out;
 }
 
-// gate_up [tokens, 2 * intermediate] -> silu(gate) * up, through ATen's vectorised kernels.
+// gate_up [tokens, 2 * intermediate] -> silu(gate) * up, through ATen's vectorised kernels (each
+// rounded to the model dtype, as transformers' act_fn(gate) * up).
 at::Tensor silu_mul(const at::Tensor& gate_up) {
   const int64_t half = gate_up.size(-1) / 2;
   return at::silu(gate_up.narrow(-1, 0, half)).mul_(gate_up.narrow(-1, half, half));
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-// Four dot products of one row of x against weight rows r[0..3], 8 floats at a time.
-inline void dot4(const float* x, const float* const r[4], int64_t n, float out[4]) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+// ---- Few-row matmul over streamed weights ---------------------------------------------------------
+// Vector loads that widen each weight dtype to float32 lanes: bfloat16 is the top half of a float32
+// (a shift), int8 a sign extension and a conversion; both happen in registers, so the weight is read
+// from memory at its own width.
+#if defined(__AVX512F__)
+constexpr const char* kIsa = "avx512";
+constexpr int kLanes = 16;
+constexpr int kMaxRowGroup = 4;  // 4 x 4 accumulators + 4 weights + 1 input of 32 registers
+using vfloat = __m512;
+inline vfloat vzero() { return _mm512_setzero_ps(); }
+inline vfloat vload(const float* p) { return _mm512_loadu_ps(p); }
+inline vfloat vload(const bf16* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline vfloat vload(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(vfloat v) { return _mm512_reduce_add_ps(v); }
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr const char* kIsa = "avx2";
+constexpr int kLanes = 8;
+constexpr int kMaxRowGroup = 2;  // 16 registers: 2 x 4 accumulators + 4 weights + 1 input
+using vfloat = __m256;
+inline vfloat vzero() { return _mm256_setzero_ps(); }
+inline vfloat vload(const float* p) { return _mm256_loadu_ps(p); }
+inline vfloat vload(const bf16* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+inline vfloat vload(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vsum(vfloat v) {
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_hadd_ps(h, h);
+  return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+#else
+constexpr const char* kIsa = "none";
+constexpr int kLanes = 1;
+constexpr int kMaxRowGroup = 1;
+using vfloat = float;
+inline vfloat vzero() { return 0.f; }
+template <typename W>
+inline vfloat vload(const W* p) {
+  return to_float(*p);
+}
+inline vfloat vfma(vfloat a, vfloat b, vfloat c) { return a * b + c; }
+inline float vsum(vfloat v) { return v; }
+#endif
+
+// dots[a][i] = x row a . weight row r[i], for R rows of x (float32, `in` apart) and 4 weight rows.
+template <int R, typename W>
+inline void dot_rows(const float* x, int64_t in, const W* const r[4], float dots[][4]) {
+  vfloat acc[R][4];
+  for (int a = 0; a < R; ++a)
+    for (int i = 0; i < 4; ++i) acc[a][i] = vzero();
   int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    const __m256 xv = _mm256_loadu_ps(x + k);
-    for (int i = 0; i < 4; ++i) acc[i] = _mm256_fmadd_ps(_mm256_loadu_ps(r[i] + k), xv, acc[i]);
+  for (; k + kLanes <= in; k += kLanes) {
+    const vfloat w[4] = {vload(r[0] + k), vload(r[1] + k), vload(r[2] + k), vload(r[3] + k)};
+    for (int a = 0; a < R; ++a) {
+      const vfloat xv = vload(x + a * in + k);
+      for (int i = 0; i < 4; ++i) acc[a][i] = vfma(w[i], xv, acc[a][i]);
+    }
   }
-  for (int i = 0; i < 4; ++i) {
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-    v = _mm_hadd_ps(v, v);
-    out[i] = _mm_cvtss_f32(_mm_hadd_ps(v, v));
-    for (int64_t t = k; t < n; ++t) out[i] += r[i][t] * x[t];
+  for (int a = 0; a < R; ++a) {
+    for (int i = 0; i < 4; ++i) {
+      dots[a][i] = vsum(acc[a][i]);
+      for (int64_t t = k; t < in; ++t) dots[a][i] += to_float(r[i][t]) * x[a * in + t];
+    }
   }
 }
 
-// x [rows, in] times a weight stored as row slices w [splits, out / splits, in] (the checkpoint's
-// [out, in] layout cut into one block of output rows per thread, see llama.Linear.pack_for_cpu).
-// A few rows are bound by reading the weight once, and one sequential stream per core does not keep
-// enough reads in flight to reach the memory bandwidth: each thread reads four far-apart rows of its
-// slice at a time (four streams). On this project's 2-core machines that took ~30% off MKL's time
-// over a decoder layer's matrices.
-// Registered only where AVX2 and FMA are compiled in; fused_ops sends more rows, and every product
-// elsewhere, to MKL.
-at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& bias) {
-  check_float_cpu(x, "x");
-  check_float_cpu(w, "weight");
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && w.is_contiguous(), "x and weight must be contiguous");
-  const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(1);
-  TORCH_CHECK(w.size(2) == in, "weight has ", w.size(2), " inputs, x has ", in);
-  auto out = at::empty({rows, splits * width}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  float* op = out.data_ptr<float>();
-  const float* bp = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-  const int64_t quarter = width / 4;
+// x [rows, in] (float32) times a weight stored as row slices w [splits, width, in] (the checkpoint's
+// [out, in] layout cut into one block of output rows per thread, see llama.Linear.pack_for_cpu), each
+// output times its row's scale (int8 weights) plus bias. A few rows are bound by reading the weight
+// once, and one sequential stream per core does not keep enough reads in flight to reach the memory
+// bandwidth: each thread reads four far-apart rows of its slice at a time (four streams), and every
+// row of x uses each weight vector while it is in a register.
+template <typename X, typename W>
+void streamed_linear_impl(const float* xp, const W* wp, const float* scales, const X* bias, X* op, int64_t rows,
+                          int64_t in, int64_t splits, int64_t width) {
+  const int64_t quarter = width / 4, out_features = splits * width;
   at::parallel_for(0, splits, 1, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) {
-      const float* slice = wp + s * width * in;
+      const W* slice = wp + s * width * in;
       // Output row j of the slice, and j + quarter, j + 2 quarters, j + 3 quarters; then any rest.
       for (int64_t j = 0; j < quarter + width % 4; ++j) {
         const bool rest = j >= quarter;
-        const int64_t first = rest ? 4 * quarter + (j - quarter) : j;
-        const float* r[4];
-        for (int i = 0; i < 4; ++i) r[i] = slice + (rest ? first : j + i * quarter) * in;
-        for (int64_t row = 0; row < rows; ++row) {
-          float dots[4];
-          dot4(xp + row * in, r, in, dots);
-          float* o = op + row * splits * width + s * width;
-          for (int i = 0; i < (rest ? 1 : 4); ++i) {
-            const int64_t col = rest ? first : j + i * quarter;
-            o[col] = dots[i] + (bp ? bp[s * width + col] : 0.f);
+        int64_t cols[4];
+        for (int i = 0; i < 4; ++i) cols[i] = rest ? 4 * quarter + (j - quarter) : j + i * quarter;
+        const W* r[4];
+        for (int i = 0; i < 4; ++i) r[i] = slice + cols[i] * in;
+        for (int64_t row = 0; row < rows; row += kMaxRowGroup) {
+          const int group = static_cast<int>(std::min<int64_t>(kMaxRowGroup, rows - row));
+          float dots[kMaxRowGroup][4];
+          const float* x = xp + row * in;
+          switch (group) {
+            case 1: dot_rows<1>(x, in, r, dots); break;
+#if defined(__AVX2__) && defined(__FMA__)
+            case 2: dot_rows<2>(x, in, r, dots); break;
+#endif
+#if defined(__AVX512F__)
+            case 3: dot_rows<3>(x, in, r, dots); break;
+            case 4: dot_rows<4>(x, in, r, dots); break;
+#endif
+            default: TORCH_CHECK(false, "unreachable row group ", group);
+          }
+          for (int a = 0; a < group; ++a) {
+            X* o = op + (row + a) * out_features + s * width;
+            for (int i = 0; i < (rest ? 1 : 4); ++i) {
+              const int64_t col = s * width + cols[i];
+              const float y = dots[a][i] * (scales ? scales[col] : 1.f);
+              // transformers' F.linear in bfloat16 rounds the product, then adds the bias.
+              o[cols[i]] = bias ? from_float<X>(rounded<X>(y) + to_float(bias[col])) : from_float<X>(y);
+            }
           }
         }
       }
     }
   });
+}
+
+// Checks a packed weight [splits, width, in] against x [rows, in] and its optional scales and bias.
+void check_packed(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& scales,
+                  const std::optional<at::Tensor>& bias) {
+  check_activation(x, "x");
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && w.dim() == 3 && w.is_contiguous(),
+              "x [rows, in] and weight [splits, width, in] must be contiguous");
+  TORCH_CHECK(w.device().is_cpu(), "weight must be a CPU tensor");
+  TORCH_CHECK(w.size(2) == x.size(1), "weight has ", w.size(2), " inputs, x has ", x.size(1));
+  const int64_t out_features = w.size(0) * w.size(1);
+  if (w.scalar_type() == at::kChar) {
+    TORCH_CHECK(scales.has_value() && scales->scalar_type() == at::kFloat && scales->is_contiguous() &&
+                    scales->numel() == out_features,
+                "int8 weights need float32 scales, one per output row (", out_features, ")");
+  } else {
+    TORCH_CHECK(!scales.has_value(), "scales are for int8 weights only");
+    check_same_dtype(x, w, "weight");
+  }
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->is_contiguous() && bias->numel() == out_features, "bias must have one value per output");
+    check_same_dtype(x, *bias, "bias");
+  }
+}
+
+// Few-row product (decode): every weight element is read from memory once, at its own width.
+at::Tensor packed_linear(const at::Tensor& x, const at::Tensor& w, const std::optional<at::Tensor>& scales,
+                         const std::optional<at::Tensor>& bias) {
+  check_packed(x, w, scales, bias);
+  const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(1);
+  auto out = at::empty({rows, splits * width}, x.options());
+  const at::Tensor xf = x.to(at::kFloat).contiguous();  // a few rows: widened once, not per weight row
+  const float* sp = scales.has_value() ? scales->data_ptr<float>() : nullptr;
+  dispatch_activation(x, "x", [&](auto xtag) {
+    using X = decltype(xtag);
+    const X* bp = bias.has_value() ? bias->data_ptr<X>() : nullptr;
+    auto run = [&](auto wtag) {
+      using W = decltype(wtag);
+      streamed_linear_impl<X, W>(xf.data_ptr<float>(), reinterpret_cast<const W*>(w.data_ptr()), sp, bp,
+                                 out.data_ptr<X>(), rows, in, splits, width);
+    };
+    if (w.scalar_type() == at::kChar) {
+      run(int8_t{});
+    } else if (w.scalar_type() == at::kBFloat16) {
+      run(bf16{});
+    } else {
+      run(float{});
+    }
+  });
   return out;
 }
-#endif
+
+// Many-row product (prefill, large decode batches) with int8 weights: each thread dequantizes a tile
+// of its slice's rows (w * scale, in the activations' dtype) into a buffer that stays in its L2 cache
+// and multiplies the tile with ATen's matmul (MKL / oneDNN, single-threaded inside this parallel
+// region). The weight is still read from memory at one byte per element; the dequantization is paid
+// once per tile for all rows of x.
+at::Tensor int8_linear_tiled(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales,
+                             const std::optional<at::Tensor>& bias) {
+  check_packed(x, w, scales, bias);
+  TORCH_CHECK(w.scalar_type() == at::kChar, "int8_linear_tiled takes int8 weights");
+  const int64_t in = x.size(1), splits = w.size(0), width = w.size(1);
+  // ~256 KB of float32 per tile, in whole 16-row steps: a share of a core's L2 next to x's rows.
+  const int64_t tile = std::min<int64_t>(width, std::max<int64_t>(16, (1 << 16) / in / 16 * 16));
+  const int64_t tiles_per_split = (width + tile - 1) / tile;
+  auto out = at::empty({x.size(0), splits * width}, x.options());
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  dispatch_activation(x, "x", [&](auto xtag) {
+    using X = decltype(xtag);
+    at::parallel_for(0, splits * tiles_per_split, 1, [&](int64_t begin, int64_t end) {
+      at::Tensor buffer = at::empty({tile, in}, x.options());
+      X* bp = buffer.data_ptr<X>();
+      for (int64_t task = begin; task < end; ++task) {
+        const int64_t s = task / tiles_per_split, first = (task % tiles_per_split) * tile;
+        const int64_t n = std::min(tile, width - first), col0 = s * width + first;
+        for (int64_t j = 0; j < n; ++j) {
+          const int8_t* q = wp + (col0 + j) * in;
+          const float scale = sp[col0 + j];
+          X* dst = bp + j * in;
+#pragma omp simd
+          for (int64_t k = 0; k < in; ++k) dst[k] = from_float<X>(static_cast<float>(q[k]) * scale);
+        }
+        at::Tensor y = at::mm(x, buffer.narrow(0, 0, n).t());
+        if (bias.has_value()) y.add_(bias->narrow(0, col0, n));
+        out.narrow(1, col0, n).copy_(y);
+      }
+    });
+  });
+  return out;
+}
+
+std::string cpu_isa() { return kIsa; }
 
 }  // namespace
 
@@ -253,7 +487,7 @@ TORCH_LIBRARY(kubeinfer, m) {
         "int block_size, float scale) -> Tensor",
         &paged_decode_attention);
   m.def("silu_mul(Tensor gate_up) -> Tensor", &silu_mul);
-#if defined(__AVX2__) && defined(__FMA__)
-  m.def("packed_linear(Tensor x, Tensor w, Tensor? bias) -> Tensor", &packed_linear);
-#endif
+  m.def("packed_linear(Tensor x, Tensor w, Tensor? scales, Tensor? bias) -> Tensor", &packed_linear);
+  m.def("int8_linear_tiled(Tensor x, Tensor w, Tensor scales, Tensor? bias) -> Tensor", &int8_linear_tiled);
+  m.def("cpu_isa() -> str", &cpu_isa);
 }
