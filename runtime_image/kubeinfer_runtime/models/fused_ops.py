@@ -88,9 +88,14 @@ def add_rms_norm(
 def apply_rope_(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> None:
     """Rotary embedding in place, HF layout: x*cos + rotate_half(x)*sin, rotate_half(x) = (-x2, x1).
 
-    `signed_sin` carries the minus sign in its first half, so rotate_half becomes a roll.
+    `signed_sin` carries the minus sign in its first half, so rotate_half becomes a roll. In half
+    precision both products are rounded before the sum, as transformers' ops round them.
     """
-    torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), signed_sin, out=x)
+    rolled = x.roll(x.shape[-1] // 2, -1)
+    if x.dtype == torch.float32:
+        torch.addcmul(x * cos, rolled, signed_sin, out=x)
+    else:
+        torch.add(x * cos, rolled * signed_sin, out=x)
 
 
 def rope_and_cache_(
@@ -161,7 +166,9 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scales
 
 
-def int8_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def int8_linear(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
     """x [rows, in] times int8 weight [out, in] with per-row scales, in eager torch ops (CUDA, and CPU
     without the kernels): the matmul over the widened weight, then each output column times its scale."""
     y = F.linear(x, weight.to(x.dtype)) * scales.to(x.dtype)

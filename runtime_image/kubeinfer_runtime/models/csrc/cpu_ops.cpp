@@ -443,11 +443,12 @@ at::Tensor int8_linear_tiled(const at::Tensor& x, const at::Tensor& w, const at:
                              const std::optional<at::Tensor>& bias) {
   check_packed(x, w, scales, bias);
   TORCH_CHECK(w.scalar_type() == at::kChar, "int8_linear_tiled takes int8 weights");
-  const int64_t in = x.size(1), splits = w.size(0), width = w.size(1);
+  const int64_t rows = x.size(0), in = x.size(1), splits = w.size(0), width = w.size(1);
+  const int64_t out_features = splits * width;
   // ~256 KB of float32 per tile, in whole 16-row steps: a share of a core's L2 next to x's rows.
   const int64_t tile = std::min<int64_t>(width, std::max<int64_t>(16, (1 << 16) / in / 16 * 16));
   const int64_t tiles_per_split = (width + tile - 1) / tile;
-  auto out = at::empty({x.size(0), splits * width}, x.options());
+  auto out = at::empty({rows, out_features}, x.options());
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   dispatch_activation(x, "x", [&](auto xtag) {
@@ -465,9 +466,18 @@ at::Tensor int8_linear_tiled(const at::Tensor& x, const at::Tensor& w, const at:
 #pragma omp simd
           for (int64_t k = 0; k < in; ++k) dst[k] = from_float<X>(static_cast<float>(q[k]) * scale);
         }
-        at::Tensor y = at::mm(x, buffer.narrow(0, 0, n).t());
-        if (bias.has_value()) y.add_(bias->narrow(0, col0, n));
-        out.narrow(1, col0, n).copy_(y);
+        // Only the matmul is an ATen op: in-place ATen ops on the caller's tensors would not see its
+        // inference mode from a pool thread.
+        const at::Tensor y = at::mm(x, buffer.narrow(0, 0, n).t()).contiguous();
+        const X* yp = y.data_ptr<X>();
+        const X* bias_p = bias.has_value() ? bias->data_ptr<X>() + col0 : nullptr;
+        X* op = out.data_ptr<X>() + col0;
+        for (int64_t row = 0; row < rows; ++row) {
+          for (int64_t j = 0; j < n; ++j) {
+            const X v = yp[row * n + j];
+            op[row * out_features + j] = bias_p ? from_float<X>(to_float(v) + to_float(bias_p[j])) : v;
+          }
+        }
       }
     });
   });
