@@ -97,6 +97,8 @@ class ModelRunner:
             )
         self.max_model_len = min(requested, capacity)
         self.kv_caches = allocate_kv_cache(self.kv_plan, model_config, self.dtype, self.device)
+        for i, cache in enumerate(self.kv_caches):  # one layer at a time: no second full cache
+            self.kv_caches[i] = fused_ops.on_huge_pages(cache)
         for layer, cache in zip(self.model.model.layers, self.kv_caches, strict=True):
             layer.self_attn.kv_cache = cache
         cos, sin = rope_tables(model_config, self.max_model_len, self.dtype)

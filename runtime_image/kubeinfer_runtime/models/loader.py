@@ -10,6 +10,7 @@ import torch
 from safetensors import safe_open
 from tqdm import tqdm
 
+from kubeinfer_runtime.models import fused_ops
 from kubeinfer_runtime.models.llama import LlamaConfig, LlamaForCausalLM
 from kubeinfer_runtime.models.registry import build_model, parse_model_config
 
@@ -64,5 +65,8 @@ def load_model(
         # Each row's scale depends on that row alone, so the order of the shards does not matter.
         model.quantize_int8()
     if device.type == "cpu":
+        with torch.no_grad():
+            for param in model.parameters():  # a tied head shares its parameter: moved once
+                param.data = fused_ops.on_huge_pages(param.data)
         model.pack_for_cpu(cpu_threads)
     return model.eval()
