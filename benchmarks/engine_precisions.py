@@ -18,7 +18,6 @@ Usage: python benchmarks/engine_precisions.py [--quick] [--repeats N] [--json ou
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -28,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from engine_throughput import BandwidthProbe, cpu_name
+from engine_throughput import BandwidthProbe, cpu_name, write_report
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
@@ -239,10 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "targets": targets,
         "rounds": rounds,
     }
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_report(args.json, report)
     return 0
 
 

@@ -195,6 +195,15 @@ def hf_decode_step_s(model: AutoModelForCausalLM, prompt: list[int], steps: int,
     return (time.perf_counter() - start - prefill) / steps
 
 
+def write_report(path: Path | None, report: dict) -> None:
+    """The raw numbers as JSON (benchmarks/results/ keeps the README's), when a path is given."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {path}")
+
+
 def verdict(value: float, target: float, at_most: bool = False) -> str:
     met = value <= target if at_most else value >= target
     return f"target {'<=' if at_most else '>='} {target:g}x: {'met' if met else 'NOT met'}"
@@ -440,10 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     loads = ", ".join(f"{r['load_average_1m']:.1f}" for r in runs)
     print(f"load average (1 min) after each round: {loads} on {os.cpu_count()} CPUs")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+    write_report(args.json, report)
     return 0
 
 

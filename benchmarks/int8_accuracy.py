@@ -15,7 +15,6 @@ Usage: python benchmarks/int8_accuracy.py [--json out.json]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from engine_throughput import write_report
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
@@ -114,11 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['greedy_identical_sequences']:>8d} / {len(PROMPTS):<3}"
                 f"{r['greedy_mean_common_prefix']:>12.1f}"
             )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        document = {"prompts": len(PROMPTS), "tokens": TOKENS, "results": results}
-        args.json.write_text(json.dumps(document, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+    write_report(args.json, {"prompts": len(PROMPTS), "tokens": TOKENS, "results": results})
     return 0
 
 
