@@ -188,6 +188,18 @@ def int8_linear(
     return y if bias is None else y + bias
 
 
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scales: torch.Tensor | None
+) -> torch.Tensor:
+    """x W^T + b for a weight as llama.Linear holds it: [out, in] (int8 with scales, or the model
+    dtype), or CPU row blocks [splits, out / splits, in] (`packed_linear`)."""
+    if weight.dim() == 3:
+        return packed_linear(x, weight, bias, scales)
+    if scales is not None:
+        return int8_linear(x, weight, scales, bias)
+    return F.linear(x, weight, bias)
+
+
 def _onednn_linear(x: torch.Tensor) -> bool:
     """Whether oneDNN's float32 linear (an ATen op over the plain [out, in] weight) can take x. On this
     project's AMD machines it ran many-row products 2.1-2.8x faster than MKL, whose AVX-512 code
