@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubeinfer_runtime.models.llama import LlamaConfig, LlamaForCausalLM
 from kubeinfer_runtime.models.registry import build_model, parse_model_config
 
 QUANTIZATIONS = ("int8",)  # weight-only schemes `load_model` applies
+log = logging.getLogger(__name__)
 
 
 def read_hf_config(model_dir: str | Path) -> dict[str, Any]:
@@ -69,4 +71,12 @@ def load_model(
             for param in model.parameters():  # a tied head shares its parameter: moved once
                 param.data = fused_ops.on_huge_pages(param.data)
         model.pack_for_cpu(cpu_threads)
+    weight_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    log.info(
+        "weights: %.1f MiB (%s%s) on %s",
+        weight_bytes / 2**20,
+        str(dtype).removeprefix("torch."),
+        f", {quantization} matmul weights" if quantization else "",
+        device,
+    )
     return model.eval()
