@@ -157,12 +157,12 @@ def test_int8_quantization_is_symmetric_per_output_row() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    ("rows", "inputs"), [(1, 30), (2, 30), (3, 70), (4, 70), (5, 30), (9, 70), (6, 4100)]
+    ("rows", "inputs"), [(1, 30), (2, 30), (3, 70), (4, 70), (5, 30), (9, 70), (6, 16400)]
 )
 def test_int8_packed_linear_matches_the_dequantized_matmul(
     kernels: None, rows: int, inputs: int, dtype: torch.dtype
 ) -> None:
-    """Few rows: streamed, widened in registers; more: tiles dequantized for MKL (4100 inputs make the
+    """Few rows: streamed, widened in registers; more: tiles dequantized for oneDNN (16400 inputs make the
     tiles 16 rows, fewer than a block's 20, so tails are covered). Odd sizes leave remainders."""
     weight = torch.randn(40, inputs)
     q, scales = fused_ops.quantize_int8(weight)
@@ -170,7 +170,7 @@ def test_int8_packed_linear_matches_the_dequantized_matmul(
     plain = torch.nn.functional.linear(x.float(), q.float() * scales[:, None], bias.float())
     (k_out, _), (e_out, _) = both_paths(fused_ops.packed_linear, x, q.view(2, 20, inputs), bias, scales)
     assert k_out.dtype == e_out.dtype == dtype
-    # bfloat16: products of up to 4100 terms, rounded to 8 bits of mantissa, against float32.
+    # bfloat16: products of up to 16400 terms, rounded to 8 bits of mantissa, against float32.
     scale = float(plain.abs().max())
     tolerance = {"rtol": 1e-4, "atol": 1e-3} if dtype == torch.float32 else {"rtol": 0.0, "atol": scale / 64}
     torch.testing.assert_close(k_out.float(), plain, **tolerance)
