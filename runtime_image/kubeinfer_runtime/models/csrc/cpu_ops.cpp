@@ -12,6 +12,10 @@
 // The vector width is the widest the build targets: AVX-512 where the compiler is told the machine
 // has it (-march=native on such a machine), else AVX2 + FMA, else plain loops the compiler vectorises
 // as it can. models/fused_ops.py falls back to eager ops for anything else.
+//
+// Matmuls: a few rows (decode) stream the weight once in `packed_linear`; more rows with int8 weights
+// dequantize L2-sized tiles for oneDNN (`int8_linear_tiled`); `huge_page_copy` puts weights and the KV
+// cache on 2 MB pages.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
