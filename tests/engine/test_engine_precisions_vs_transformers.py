@@ -137,7 +137,8 @@ def test_bfloat16_matches_transformers_in_bfloat16(
         for row, expected in zip(prefill_logits(engine, PROMPTS), reference.last_logits, strict=True):
             assert row.dtype == torch.bfloat16
             torch.testing.assert_close(row.float(), expected.float(), rtol=0.02, atol=0.05)
-        engine = make_engine(preset, dtype="bfloat16", cpu_kernels=cpu_kernels)
+        # At most 3 at once: decode-only steps of the kernel path run each layer as one call.
+        engine = make_engine(preset, dtype="bfloat16", cpu_kernels=cpu_kernels, max_num_seqs=3)
         outputs = engine.generate(PROMPTS, GREEDY)
     finally:
         fused_ops.use_cpu_kernels(True)
@@ -148,3 +149,16 @@ def test_bfloat16_matches_transformers_in_bfloat16(
     exact = sum(out == ref for out, ref in zip(outputs, reference.tokens, strict=True))
     assert exact >= len(PROMPTS) - 2, f"only {exact} of {len(PROMPTS)} continuations identical"
     assert_all_blocks_free(engine)
+
+
+def test_int8_few_sequence_decodes_match_transformers_through_the_fused_layer(
+    make_engine: Callable[..., LLMEngine],
+    int8_reference: Callable[[str], Reference],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = []
+    fused = fused_ops.decode_layer
+    monkeypatch.setattr(fused_ops, "decode_layer", lambda *args: calls.append(1) or fused(*args))
+    engine = make_engine("qwen2-bias", quantization="int8", max_num_seqs=2)
+    assert engine.generate(PROMPTS, GREEDY) == int8_reference("qwen2-bias").tokens
+    assert calls

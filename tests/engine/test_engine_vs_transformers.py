@@ -151,3 +151,21 @@ def test_bfloat16_prefill_logits_stay_close_to_float32(
     for seq, row in zip(seqs, logits, strict=True):
         expected = reference("llama-gqa").last_logits[int(seq.request_id)]
         torch.testing.assert_close(row.float(), expected, rtol=0.02, atol=0.1)
+
+
+@pytest.mark.parametrize("preset", ["llama-gqa", "qwen2-bias", "llama-tied"])
+def test_few_sequence_decodes_run_each_layer_as_one_kernel_and_match_transformers(
+    preset: str,
+    make_engine: Callable[..., LLMEngine],
+    reference: Callable[[str], Reference],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At most 3 sequences run at once, so decode-only steps take `fused_ops.decode_layer` (one C++
+    call per layer); mixed steps take the op-by-op path. Both must give transformers' tokens."""
+    calls = []
+    fused = fused_ops.decode_layer
+    monkeypatch.setattr(fused_ops, "decode_layer", lambda *args: calls.append(1) or fused(*args))
+    engine = make_engine(preset, max_num_seqs=3)
+    assert engine.generate(PROMPTS, GREEDY) == reference(preset).tokens
+    assert calls  # the fused layers did run
+    assert_all_blocks_free(engine)

@@ -13,9 +13,14 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:  # both import this module
+    from kubeinfer_runtime.models.attention import AttentionBatch
+    from kubeinfer_runtime.models.llama import LayerWeights
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +237,38 @@ def packed_linear(
     y = torch.bmm(x.expand(weight.shape[0], *x.shape), weight.transpose(1, 2))  # [splits, rows, out / splits]
     y = y.transpose(0, 1).reshape(rows, -1)  # a view for a single row, a copy for more
     return y if bias is None else y + bias
+
+
+def fuses_decode_layers(x: torch.Tensor, batch: AttentionBatch, layer: LayerWeights) -> bool:
+    """Whether a step's layers can each run as one C++ call (`decode_layer`): a few decodes and no
+    prefill, on the CPU kernels, over packed weights."""
+    return (
+        not batch.prefills
+        and x.shape[0] <= STREAMED_ROWS
+        and _kernel(x)
+        and _state["streamed_matmul"]
+        and layer.qkv.weight.dim() == 3
+    )
+
+
+def decode_layer(
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    layer: LayerWeights,
+    batch: AttentionBatch,
+    eps: float,
+    num_heads: int,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One decoder layer of a decode step in one kernel call (see `fuses_decode_layers`), the same ops
+    as llama.LlamaForCausalLM.forward: (this layer's MLP output, the residual stream)."""
+    out = torch.ops.kubeinfer.decode_layer(
+        x, residual, layer.input_norm, layer.post_norm, eps,
+        *layer.qkv, *layer.o, *layer.gate_up, *layer.down,
+        batch.cos, batch.sin, layer.attention.kv_cache, batch.slot_mapping,
+        batch.decode_block_tables, batch.decode_context_lens, batch.block_size, num_heads, scale,
+    )  # fmt: skip
+    return out, x if residual is None else residual
 
 
 def main() -> int:

@@ -296,7 +296,11 @@ class LlamaForCausalLM(nn.Module):
         scale = head_dim**-0.5
         x, residual = F.embedding(input_ids, self.model.embed_tokens.weight), None
         num_tokens = x.shape[0]
+        fused = fused_ops.fuses_decode_layers(x, batch, self._layers[0])
         for layer in self._layers:
+            if fused:  # the same ops in one kernel call
+                x, residual = fused_ops.decode_layer(x, residual, layer, batch, eps, heads, scale)
+                continue
             x, residual = add_rms_norm(x, residual, layer.input_norm, eps)
             qkv = linear(x, *layer.qkv).view(num_tokens, -1, head_dim)  # q heads, then k heads, then v heads
             cache = layer.attention.kv_cache
