@@ -175,7 +175,6 @@ class Attention(nn.Module):
         qkv_out = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
         self.qkv_proj = Linear(config.hidden_size, qkv_out, bias=config.qkv_bias)
         self.o_proj = Linear(self.num_heads * self.head_dim, config.hidden_size, bias=config.o_bias)
-        self.scale = self.head_dim**-0.5
         self.kv_cache = torch.empty(0)  # set by the model runner once the cache is allocated
 
 
