@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import torch
-from engine_throughput import BandwidthProbe, cpu_name, write_report
+from engine_throughput import BandwidthProbe, cpu_name, machine, write_report
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
@@ -218,13 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         f"load average per round: {loads}"
     )
     report = {
-        "machine": {
-            "cpu": cpu_name(),
-            "kernel_isa": fused_ops.cpu_isa(),
-            "threads": args.threads,
-            "torch": torch.__version__,
-            "load_average_1m_per_round": [r["fp32"]["load_average_1m"] for r in rounds],
-        },
+        "machine": machine(args.threads, [r["fp32"]["load_average_1m"] for r in rounds]),
         "workload": {
             "model_params": params,
             "decode1_prompt_tokens": PROMPT,

@@ -216,6 +216,18 @@ def hf_decode_step_s(model: AutoModelForCausalLM, prompt: list[int], steps: int,
     return (time.perf_counter() - start - prefill) / steps
 
 
+def machine(threads: int, load_averages: list[float]) -> dict:
+    """What the numbers were measured on, for the JSON: the shared machine's load included."""
+    return {
+        "cpu": cpu_name(),
+        "kernel_isa": fused_ops.cpu_isa(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "load_average_1m_per_round": load_averages,
+    }
+
+
 def write_report(path: Path | None, report: dict) -> None:
     """The raw numbers as JSON (benchmarks/results/ keeps the README's), when a path is given."""
     if path is None:
@@ -390,14 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_time_vs_best_static": (speedup_cpu[best_static], TARGET_VS_STATIC, False),
     }
     report = {
-        "machine": {
-            "cpu": cpu_name(),
-            "kernel_isa": fused_ops.cpu_isa(),
-            "threads": args.threads,
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-            "load_average_1m_per_round": [r["load_average_1m"] for r in runs],
-        },
+        "machine": machine(args.threads, [r["load_average_1m"] for r in runs]),
         "workload": {
             "requests": args.requests,
             "prompt_tokens": prompt_lens,
