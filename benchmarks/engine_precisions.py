@@ -1,12 +1,13 @@
 """The engine in float32, weight-only int8 and bfloat16 on CPU, side by side in one run.
 
-The same checkpoint (default: a fresh bench-60m) loaded once per variant; each measurement runs over
-every variant in turn, round after round (--repeats), so all of them see the same machine; medians
-are reported, every round is in the JSON.
+The same checkpoint (default: a fresh bench-60m) loaded once per variant; the variants take turns
+step by step (decode) or call by call (prefill), round after round (--repeats), so all of them see
+the same machine; medians over the rounds are reported, every round is in the JSON.
 
   decode-1    the batch-1 decode step (a 128-token prompt), against its floor: the bytes the step
               reads (models/roofline.py) over the read bandwidth sampled between the rounds
-  prefill     prompt tokens per second over 4 prompts of 512 tokens in one step (prefix cache off)
+  prefill     prompt tokens per second over 4 prompts of 512 tokens in one step (prefix cache off;
+              the best of three turns per round)
   decode-64   output tokens per second of 64 sequences decoding together (128-token prompts)
 
 Targets (issue 19): int8's batch-1 step at most 0.35x float32's, its prefill and batch-64
@@ -67,19 +68,26 @@ def _seqs(engine: LLMEngine, ids: list[str]) -> list:
     return [engine.sequences[i] for i in ids]
 
 
-def decode_steps(engine: LLMEngine, prompts: list[list[int]], steps: int) -> tuple[list[float], list[int]]:
-    """Times of `steps` decode steps of these sequences together, and the context of the first one."""
-    ids = _start(engine, prompts, "decode")
-    engine.step()  # the first decode after prefills: its logits rows differ
-    times, contexts = [], []
+def decode_steps(
+    engines: dict[str, LLMEngine], prompts: list[list[int]], steps: int
+) -> dict[str, tuple[list[float], list[int]]]:
+    """Per engine: the times of `steps` decode steps of these sequences together, and the context of
+    the first one. The engines take turns step by step, so a burst of load from the machine's other
+    users falls on all of them alike."""
+    ids = {name: _start(engine, prompts, "decode") for name, engine in engines.items()}
+    for engine in engines.values():
+        engine.step()  # the first decode after prefills: its logits rows differ
+    out: dict[str, tuple[list[float], list[int]]] = {name: ([], []) for name in engines}
     for _ in range(steps):
-        start = time.perf_counter()
-        engine.step()
-        times.append(time.perf_counter() - start)
-        contexts.append(_seqs(engine, ids)[0].num_computed_tokens)
-    for request_id in ids:
-        engine.abort_request(request_id)
-    return times, contexts
+        for name, engine in engines.items():
+            start = time.perf_counter()
+            engine.step()
+            out[name][0].append(time.perf_counter() - start)
+            out[name][1].append(_seqs(engine, ids[name])[0].num_computed_tokens)
+    for name, engine in engines.items():
+        for request_id in ids[name]:
+            engine.abort_request(request_id)
+    return out
 
 
 def prefill_seconds(engine: LLMEngine, prompts: list[list[int]]) -> float:
@@ -101,27 +109,28 @@ def measure_round(
 ) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {name: {} for name in engines}
     probe.best_gbs, probe.best_by = 0.0, {"sum": 0.0, "kernel": 0.0}  # this round's machine
-    one = _prompts(1, PROMPT, vocab, rng)
-    for name, engine in engines.items():
-        probe.sample()
-        times, contexts = decode_steps(engine, one, steps)
-        read = statistics.mean(
-            decode_step_bytes(engine.model_runner.model, [c], engine.model_runner.dtype).total
-            for c in contexts
-        )
-        out[name] |= {"decode1_ms": statistics.median(times) * 1e3, "decode1_bytes": read}
     probe.sample()
-    for name in engines:
-        out[name]["decode1_floor_ms"] = out[name]["decode1_bytes"] / probe.best_gbs / 1e6
-        out[name]["decode1_vs_floor"] = out[name]["decode1_ms"] / out[name]["decode1_floor_ms"]
+    one = decode_steps(engines, _prompts(1, PROMPT, vocab, rng), steps)
+    probe.sample()
+    for name, (times, contexts) in one.items():
+        model, dtype = engines[name].model_runner.model, engines[name].model_runner.dtype
+        read = statistics.mean(decode_step_bytes(model, [c], dtype).total for c in contexts)
+        floor_ms = read / probe.best_gbs / 1e6
+        median_ms = statistics.median(times) * 1e3
+        out[name] |= {
+            "decode1_ms": median_ms,
+            "decode1_bytes": read,
+            "decode1_floor_ms": floor_ms,
+            "decode1_vs_floor": median_ms / floor_ms,
+        }
     prefill = _prompts(PREFILL_PROMPTS, PREFILL_PROMPT, vocab, rng)
-    for name, engine in engines.items():
-        out[name]["prefill_tokens_per_s"] = (
-            PREFILL_PROMPTS * PREFILL_PROMPT / prefill_seconds(engine, prefill)
-        )
-    batch = _prompts(BATCH, PROMPT, vocab, rng)
-    for name, engine in engines.items():
-        times, _ = decode_steps(engine, batch, max(4, steps // 4))
+    seconds: dict[str, list[float]] = {name: [] for name in engines}
+    for _ in range(3):  # in turns, the best of three: noise only ever adds time
+        for name, engine in engines.items():
+            seconds[name].append(prefill_seconds(engine, prefill))
+    for name, values in seconds.items():
+        out[name]["prefill_tokens_per_s"] = PREFILL_PROMPTS * PREFILL_PROMPT / min(values)
+    for name, (times, _) in decode_steps(engines, _prompts(BATCH, PROMPT, vocab, rng), steps // 2).items():
         out[name]["decode64_tokens_per_s"] = BATCH / statistics.median(times)
     for metrics in out.values():
         metrics["bandwidth_gbs"] = probe.best_gbs
@@ -150,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 num_threads=args.threads,
                 max_num_seqs=BATCH,
                 max_num_batched_tokens=PREFILL_PROMPTS * PREFILL_PROMPT,
-                kv_cache_tokens=BATCH * (PROMPT + 2 * steps + 16) + PREFILL_PROMPTS * (PREFILL_PROMPT + 16),
+                kv_cache_tokens=BATCH * (PROMPT + steps + 32) + PREFILL_PROMPTS * (PREFILL_PROMPT + 16),
                 max_model_len=PREFILL_PROMPT + 64,
                 enable_prefix_caching=False,
                 **settings,
@@ -162,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     probe = BandwidthProbe(gib=1 if args.quick else 2)
     rounds = []
     with torch.inference_mode():
-        for engine in engines.values():  # warm-up: kernels, allocator, thread pool
-            decode_steps(engine, _prompts(2, 16, vocab, rng), 2)
+        decode_steps(engines, _prompts(2, 16, vocab, rng), 2)  # warm-up: kernels, allocator, threads
         for i in range(1 if args.quick else args.repeats):
             print(f"round {i + 1}", flush=True)
             rounds.append(measure_round(engines, vocab, rng, probe, steps))
