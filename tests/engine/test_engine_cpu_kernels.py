@@ -157,13 +157,15 @@ def test_int8_quantization_is_symmetric_per_output_row() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
-    ("rows", "inputs"), [(1, 30), (2, 30), (3, 70), (4, 70), (5, 30), (9, 70), (6, 16400)]
+    ("rows", "inputs"),
+    [(1, 30), (2, 30), (3, 70), (4, 70), (5, 30), (9, 70), (6, 16400), (fused_ops.DEQUANTIZE_ROWS, 70)],
 )
 def test_int8_packed_linear_matches_the_dequantized_matmul(
     kernels: None, rows: int, inputs: int, dtype: torch.dtype
 ) -> None:
     """Few rows: streamed, widened in registers; more: tiles dequantized for oneDNN (16400 inputs make the
-    tiles 16 rows, fewer than a block's 20, so tails are covered). Odd sizes leave remainders."""
+    tiles 16 rows, fewer than a block's 20, so tails are covered); prefill-sized: the whole weight
+    dequantized for one matmul. Odd sizes leave remainders."""
     weight = torch.randn(40, inputs)
     q, scales = fused_ops.quantize_int8(weight)
     x, bias = torch.randn(rows, inputs, dtype=dtype), torch.randn(40, dtype=dtype)

@@ -30,6 +30,10 @@ _state: dict[str, bool] = {"loaded": False, "enabled": False, "streamed_matmul":
 # once each weight element serves enough rows (int8 weights: the C++ tiled product, which dequantizes
 # tiles for oneDNN).
 STREAMED_ROWS = 4
+# From this many rows on (prefill chunks) an int8 weight is dequantized whole for one multi-threaded
+# matmul: a [2048, 512] x [512, 3072] product takes ~20 ms, widening the weight ~0.3 ms, while the
+# single-threaded per-tile products below it lose more than that.
+DEQUANTIZE_ROWS = 256
 KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 INT8_MAX = 127
 
@@ -216,6 +220,17 @@ def _onednn_linear(x: torch.Tensor) -> bool:
     )
 
 
+_scratches: dict[torch.dtype, torch.Tensor] = {}
+
+
+def _scratch(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """A [shape] tensor of dtype over memory reused from call to call (the largest asked for so far)."""
+    numel = shape.numel()
+    if dtype not in _scratches or _scratches[dtype].numel() < numel:
+        _scratches[dtype] = on_huge_pages(torch.empty(numel, dtype=dtype))  # like the weights it stands for
+    return _scratches[dtype][:numel].view(shape)
+
+
 def packed_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scales: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -225,11 +240,20 @@ def packed_linear(
     if _kernel(x):
         if rows <= STREAMED_ROWS and (weight.dtype != torch.float32 or _state["streamed_matmul"]):
             return torch.ops.kubeinfer.packed_linear(x, weight, scales, bias)
-        if quantized:
+        if quantized and rows < DEQUANTIZE_ROWS:
             return torch.ops.kubeinfer.int8_linear_tiled(x, weight, scales, bias)
     if quantized:
         assert scales is not None
-        return int8_linear(x, weight.flatten(0, 1), scales, bias)
+        if rows < DEQUANTIZE_ROWS:
+            return int8_linear(x, weight.flatten(0, 1), scales, bias)
+        # w * scale computed in float32 and rounded once to x's dtype, as the tiles do, into a buffer
+        # kept between calls (fresh megabytes come back as new pages, costly to fault in).
+        widened = _scratch(weight.shape, x.dtype)
+        if _kernel(x):
+            torch.ops.kubeinfer.dequantize_int8(weight, scales, widened)
+        else:  # a slower mixed-dtype multiply, same numbers
+            torch.mul(weight, scales.view(*weight.shape[:-1], 1), out=widened)
+        weight = widened
     if weight.dtype != torch.float32:  # oneDNN's half-precision matmul over the plain [out, in] matrix
         return F.linear(x, weight.flatten(0, 1), bias)
     if rows > STREAMED_ROWS and _onednn_linear(x):

@@ -549,6 +549,31 @@ at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w) {
 // and multiplies the tile with `linear_rows` (single-threaded inside this parallel region). The
 // weight is still read from memory at one byte per element; the dequantization is paid once per tile
 // for all rows of x.
+// dst[0..n) = q * scale, computed in float32 and rounded once to X.
+template <typename X>
+inline void dequantize_row(const int8_t* q, float scale, X* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t k = 0; k < n; ++k) dst[k] = from_float<X>(static_cast<float>(q[k]) * scale);
+}
+
+// out = w * scales per row, for an int8 weight [..., in] with one scale per row: the whole weight
+// widened for one multi-threaded matmul (prefill-sized products, see fused_ops.DEQUANTIZE_ROWS).
+void dequantize_int8(const at::Tensor& w, const at::Tensor& scales, const at::Tensor& out) {
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.is_contiguous() && out.is_contiguous() && out.sizes() == w.sizes(),
+              "dequantize_int8 takes a contiguous int8 weight and an output of its shape");
+  const int64_t in = w.size(-1), rows = w.numel() / in;
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == rows, "one float32 scale per row");
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const float* sp = scales.data_ptr<float>();
+  dispatch_activation(out, "out", [&](auto tag) {
+    using X = decltype(tag);
+    X* op = out.data_ptr<X>();
+    at::parallel_for(0, rows, grain_for(in), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) dequantize_row(wp + r * in, sp[r], op + r * in, in);
+    });
+  });
+}
+
 constexpr int kTileFloatsLog2 = 18;  // 2^18 float32 values: 1 MB
 
 at::Tensor int8_linear_tiled(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales,
@@ -569,19 +594,17 @@ at::Tensor int8_linear_tiled(const at::Tensor& x, const at::Tensor& w, const at:
   dispatch_activation(x, "x", [&](auto xtag) {
     using X = decltype(xtag);
     at::parallel_for(0, splits * tiles_per_split, 1, [&](int64_t begin, int64_t end) {
-      at::Tensor buffer = at::empty({tile, in}, x.options());
-      X* bp = buffer.data_ptr<X>();
+      // Kept per thread across calls: a fresh megabyte each call came back from the allocator as new
+      // pages, and faulting them in cost more than the dequantization.
+      thread_local std::vector<char> scratch;
+      scratch.resize(std::max(scratch.size(), static_cast<size_t>(tile * in) * sizeof(X)));
+      X* bp = reinterpret_cast<X*>(scratch.data());
+      const at::Tensor buffer = at::from_blob(bp, {tile, in}, x.options());
       for (int64_t task = begin; task < end; ++task) {
         const int64_t s = task / tiles_per_split, first = (task % tiles_per_split) * tile;
         const int64_t n = std::min(tile, width - first), col0 = s * width + first;
         if (n <= 0) continue;  // the rounding to 16 rows left this tile nothing
-        for (int64_t j = 0; j < n; ++j) {
-          const int8_t* q = wp + (col0 + j) * in;
-          const float scale = sp[col0 + j];
-          X* dst = bp + j * in;
-#pragma omp simd
-          for (int64_t k = 0; k < in; ++k) dst[k] = from_float<X>(static_cast<float>(q[k]) * scale);
-        }
+        for (int64_t j = 0; j < n; ++j) dequantize_row(wp + (col0 + j) * in, sp[col0 + j], bp + j * in, in);
         // Only the matmul is an ATen op: in-place ATen ops on the caller's tensors would not see its
         // inference mode from a pool thread.
         const at::Tensor y = linear_rows(x, buffer.narrow(0, 0, n)).contiguous();
@@ -663,6 +686,7 @@ TORCH_LIBRARY(kubeinfer, m) {
   m.def("int8_linear_tiled(Tensor x, Tensor w, Tensor scales, Tensor? bias) -> Tensor", &int8_linear_tiled);
   m.def("cpu_isa() -> str", &cpu_isa);
   m.def("huge_page_copy(Tensor t) -> Tensor", &huge_page_copy);
+  m.def("dequantize_int8(Tensor w, Tensor scales, Tensor(a!) out) -> ()", &dequantize_int8);
   m.def("decode_layer(Tensor(c!) x, Tensor(a!)? residual, Tensor input_norm, Tensor post_norm, float eps, "
         "Tensor qkv_w, Tensor? qkv_b, Tensor? qkv_s, Tensor o_w, Tensor? o_b, Tensor? o_s, "
         "Tensor gate_up_w, Tensor? gate_up_b, Tensor? gate_up_s, Tensor down_w, Tensor? down_b, Tensor? down_s, "
