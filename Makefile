@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)/e2e
 export KUBEINFER_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
 .PHONY: help venv deps kernels test test-fast lint format crds crds-check cluster cluster-down demo \
-        bench-engine bench-serve sim-autoscaling clean dashboards
+        bench-engine bench-precisions bench-int8-accuracy bench-serve sim-autoscaling clean dashboards
 
 help:
 	@echo "make demo        cluster up, operator installed, tiny model served, one chat answered"
@@ -16,6 +16,7 @@ help:
 	@echo "make cluster / cluster-down   the local Kubernetes (etcd, apiserver, controllers, process kubelet, Prometheus)"
 	@echo "make crds        regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make bench-engine / bench-serve / sim-autoscaling   benchmarks (numbers in README)"
+	@echo "make bench-precisions / bench-int8-accuracy        fp32 vs int8 vs bf16 on CPU (speed, accuracy)"
 
 $(VENV_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -71,7 +72,13 @@ demo: deps
 	$(PY) e2e/demo.py
 
 bench-engine: kernels
-	$(PY) benchmarks/engine_throughput.py --json out/bench-engine.json
+	$(PY) benchmarks/engine_throughput.py --repeats 3 --json benchmarks/results/engine_throughput.json
+
+bench-precisions: kernels
+	$(PY) benchmarks/engine_precisions.py --repeats 5 --json benchmarks/results/engine_precisions.json
+
+bench-int8-accuracy: kernels
+	$(PY) benchmarks/int8_accuracy.py --json benchmarks/results/int8_accuracy.json
 
 bench-serve: venv
 	mkdir -p out

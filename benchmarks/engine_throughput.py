@@ -10,11 +10,16 @@ Workload: N requests (default 64) with prompts of 64-512 random tokens and 16-25
                   better); a batch runs until its longest output is done, so only each request's
                   own output tokens count as useful
 
-Plus the batch-1 decode step time of both against the floor set by memory bandwidth: the bytes of
-the weights divided by the read bandwidth of a warm sum over a buffer far larger than the caches (the
-best of samples taken between the engine's decode steps, so both see the same machine).
+First, the batch-1 decode step against the floor set by memory bandwidth: the bytes the step reads
+(models/roofline.py: the matmul weights streamed, the norms, one embedding row, the KV cache of the
+context) divided by the read bandwidth of a warm sum over a buffer far larger than the caches (the
+best of samples taken between the engine's decode steps, so both see the same machine); and
+transformers' own batch-1 step.
 
-Usage: python benchmarks/engine_throughput.py [--quick] [--json out.json] [--model DIR]
+Every measurement runs --repeats times (interleaved: engine, transformers, engine, ...); the report
+gives medians, the JSON every run. Targets (issue 19) are printed with each ratio, met or not.
+
+Usage: python benchmarks/engine_throughput.py [--quick] [--repeats N] [--json out.json] [--model DIR]
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,7 +43,15 @@ from transformers import AutoModelForCausalLM
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
+from kubeinfer_runtime.models import fused_ops
+from kubeinfer_runtime.models.roofline import decode_step_bytes
 from kubeinfer_runtime.tiny_model import make_tiny_model
+
+# Issue 19's targets, fp32 on 2 threads.
+TARGET_FLOOR_RATIO = 1.15  # batch-1 decode step / the floor of the bytes it reads
+TARGET_VS_HF_STEP = 1.5  # transformers' batch-1 step / ours
+TARGET_VS_SEQUENTIAL = 8.0  # throughput per CPU-second over transformers one request at a time
+TARGET_VS_STATIC = 3.0  # ... over the best static batching
 
 
 @dataclass
@@ -87,18 +101,38 @@ def cpu_name() -> str:
 
 
 class BandwidthProbe:
-    """Warm sums over a buffer far larger than the last-level cache; keeps the best rate seen."""
+    """Read bandwidth of a buffer far larger than the last-level cache, by the two fastest readers at
+    hand: torch's sum, and the engine's own streamed matmul kernel (four streams per thread, the
+    buffer viewed as one matrix-vector product); keeps the best rate either reaches, so the floor is
+    the strictest this machine supports."""
+
+    WIDTH = 4096  # floats per matrix row
 
     def __init__(self, gib: int) -> None:
-        self.buffer = torch.ones(gib * 2**30 // 4)
-        self.buffer.sum()  # warm-up: pages faulted in, threads started
+        # On 2 MB pages like the engine's weights (fused_ops.on_huge_pages): 4 KB pages read slower.
+        self.buffer = fused_ops.on_huge_pages(torch.ones(gib * 2**30 // 4))
+        threads = torch.get_num_threads()
+        rows = self.buffer.numel() // self.WIDTH // threads // 4 * 4
+        self.matrix = self.buffer[: threads * rows * self.WIDTH].view(threads, rows, self.WIDTH)
+        self.x = torch.ones(1, self.WIDTH)
         self.best_gbs = 0.0
+        self.best_by: dict[str, float] = {"sum": 0.0, "kernel": 0.0}
+        self.sample()  # warm-up: pages faulted in, threads started
+        self.best_gbs, self.best_by = 0.0, {"sum": 0.0, "kernel": 0.0}
+
+    def _read(self, name: str, fn: Callable[[], object], nbytes: int) -> None:
+        start = time.perf_counter()
+        fn()
+        gbs = nbytes / (time.perf_counter() - start) / 1e9
+        self.best_by[name] = max(self.best_by[name], gbs)
+        self.best_gbs = max(self.best_gbs, gbs)
 
     def sample(self, repeats: int = 1) -> None:
         for _ in range(repeats):
-            start = time.perf_counter()
-            self.buffer.sum()
-            self.best_gbs = max(self.best_gbs, self.buffer.numel() * 4 / (time.perf_counter() - start) / 1e9)
+            self._read("sum", self.buffer.sum, self.buffer.numel() * 4)
+            if fused_ops.cpu_isa() not in ("unbuilt", "none"):
+                matmul = lambda: torch.ops.kubeinfer.packed_linear(self.x, self.matrix, None, None)  # noqa: E731
+                self._read("kernel", matmul, self.matrix.numel() * 4)
 
 
 def run_engine(engine: LLMEngine, work: Workload) -> Throughput:
@@ -142,28 +176,35 @@ def run_hf_static(model: AutoModelForCausalLM, work: Workload, batch_size: int, 
 
 def engine_decode_steps_s(
     engine: LLMEngine, prompt: list[int], steps: int, probe: BandwidthProbe, rounds: int = 8
-) -> list[float]:
-    """Batch-1 decode step times, with bandwidth samples taken between rounds of steps: this machine
-    is shared, and a floor measured minutes apart from the steps would compare different machines.
-    The step right after a sample is run untimed: the sample's sweep has just flushed every cache,
-    which back-to-back serving steps never do."""
+) -> tuple[list[float], list[int]]:
+    """Batch-1 decode step times and the context each step attended to, with bandwidth samples taken
+    between rounds of steps: this machine is shared, and a floor measured minutes apart from the
+    steps would compare different machines. The step right after a sample is run untimed: the
+    sample's sweep has just flushed every cache, which back-to-back serving steps never do."""
     per_round = max(8, steps // rounds)
+    request_id = f"decode-probe-{time.monotonic_ns()}"
     engine.add_request(
-        "decode-probe",
+        request_id,
         prompt,
         SamplingParams(max_tokens=steps + steps // per_round + 2, temperature=0.0, ignore_eos=True),
     )
     engine.step()  # the prefill
+    context = len(prompt)  # the decode step k reads the prompt and k new tokens
     times: list[float] = []
+    contexts: list[int] = []
     while len(times) < steps:
         if len(times) % per_round == 0:
             probe.sample()
             engine.step()
+            context += 1
         start = time.perf_counter()
         engine.step()
         times.append(time.perf_counter() - start)
+        context += 1
+        contexts.append(context)
     probe.sample()
-    return times
+    engine.abort_request(request_id)
+    return times, contexts
 
 
 def hf_decode_step_s(model: AutoModelForCausalLM, prompt: list[int], steps: int, pad_id: int) -> float:
@@ -175,6 +216,102 @@ def hf_decode_step_s(model: AutoModelForCausalLM, prompt: list[int], steps: int,
     return (time.perf_counter() - start - prefill) / steps
 
 
+def machine(threads: int, load_averages: list[float]) -> dict:
+    """What the numbers were measured on, for the JSON: the shared machine's load included."""
+    return {
+        "cpu": cpu_name(),
+        "kernel_isa": fused_ops.cpu_isa(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "load_average_1m_per_round": load_averages,
+    }
+
+
+def write_report(path: Path | None, report: dict) -> None:
+    """The raw numbers as JSON (benchmarks/results/ keeps the README's), when a path is given."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {path}")
+
+
+def verdict(value: float, target: float, at_most: bool = False) -> str:
+    met = value <= target if at_most else value >= target
+    return f"target {'<=' if at_most else '>='} {target:g}x: {'met' if met else 'NOT met'}"
+
+
+def measure_once(
+    engine: LLMEngine,
+    hf: AutoModelForCausalLM,
+    work: Workload,
+    sample: list[int],
+    static_batches: list[int],
+    pad_id: int,
+    probe: BandwidthProbe,
+    steps: int,
+) -> dict:
+    """One round of every measurement; the floor inputs (bandwidth, bytes) come with the steps."""
+    results = {
+        "engine": run_engine(engine, work),
+        "hf_sequential": run_hf_sequential(hf, work, sample, pad_id),
+        **{f"hf_static_{b}": run_hf_static(hf, work, b, pad_id) for b in static_batches},
+    }
+    prompt = work.prompts[0][:128]
+    probe.best_gbs, probe.best_by = 0.0, {"sum": 0.0, "kernel": 0.0}  # this round's machine
+    probe.sample(repeats=3)
+    step_times, contexts = engine_decode_steps_s(engine, prompt, steps, probe)
+    model = engine.model_runner.model
+    dtype = engine.model_runner.dtype
+    read = [decode_step_bytes(model, [c], dtype) for c in contexts]
+    bytes_read = statistics.mean(r.total for r in read)
+    floor_ms = bytes_read / probe.best_gbs / 1e6
+    engine_ms = statistics.median(step_times) * 1e3
+    hf_ms = hf_decode_step_s(hf, prompt, steps, pad_id) * 1e3
+    first = read[0]
+    decode = {
+        "engine_ms": engine_ms,
+        "engine_best_ms": min(step_times) * 1e3,
+        "hf_ms": hf_ms,
+        "bandwidth_gbs": probe.best_gbs,
+        "bandwidth_by_reader_gbs": dict(probe.best_by),
+        "bytes_read": bytes_read,
+        "matmul_weight_bytes": first.matmul_weights,
+        "norm_bytes": first.norms,
+        "embedding_row_bytes": first.embedding_rows,
+        "kv_bytes_mean": statistics.mean(r.kv_cache for r in read),
+        "context_tokens": [contexts[0], contexts[-1]],
+        "floor_ms": floor_ms,
+        "engine_vs_floor": engine_ms / floor_ms,
+        "hf_vs_engine": hf_ms / engine_ms,
+    }
+    engine_result = results["engine"]
+    others = {name: r for name, r in results.items() if name != "engine"}
+    return {
+        "throughput": {
+            name: {**asdict(r), "tokens_per_s": r.tokens_per_s, "tokens_per_cpu_s": r.tokens_per_cpu_s}
+            for name, r in results.items()
+        },
+        "speedup": {name: engine_result.tokens_per_s / r.tokens_per_s for name, r in others.items()},
+        "speedup_cpu_time": {
+            name: engine_result.tokens_per_cpu_s / r.tokens_per_cpu_s for name, r in others.items()
+        },
+        "decode_batch1": decode,
+        "load_average_1m": os.getloadavg()[0],
+    }
+
+
+def median_of(runs: list[dict], *keys: str) -> float:
+    values = []
+    for run in runs:
+        node = run
+        for key in keys:
+            node = node[key]
+        values.append(node)
+    return statistics.median(values)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -182,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, help="model directory (default: a fresh bench-60m tiny model)")
     parser.add_argument("--quick", action="store_true", help="a small smoke run (seconds, not minutes)")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="rounds of every measurement (medians reported)"
+    )
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-num-seqs", type=int, default=64, help="the engine's concurrent sequences")
     parser.add_argument(
@@ -227,52 +367,42 @@ def main(argv: list[str] | None = None) -> int:
         random.Random(args.seed).sample(range(args.requests), min(args.sequential_sample, args.requests))
     )
     warm = make_workload(2, (8, 16), (2, 4), vocab, args.seed + 1)
+    steps = 16 if args.quick else 64
 
+    runs = []
     with torch.inference_mode():
         engine.generate(warm.prompts, SamplingParams(max_tokens=4, temperature=0.0))
         hf_generate(hf, warm.prompts, 4, pad_id)
-        results = {
-            "engine": run_engine(engine, work),
-            "hf_sequential": run_hf_sequential(hf, work, sample, pad_id),
-            **{f"hf_static_{b}": run_hf_static(hf, work, b, pad_id) for b in static_batches},
-        }
-        probe, steps = work.prompts[0][:128], 16 if args.quick else 64
-        bandwidth_probe = BandwidthProbe(gib=1 if args.quick else 2)
-        bandwidth_probe.sample(repeats=3)
-        engine_steps = engine_decode_steps_s(engine, probe, steps, bandwidth_probe)
-        decode = {
-            "engine_ms": statistics.median(engine_steps) * 1e3,
-            "engine_best_ms": min(engine_steps) * 1e3,
-            "hf_ms": hf_decode_step_s(hf, probe, steps, pad_id) * 1e3,
-        }
-    bandwidth = bandwidth_probe.best_gbs  # the best rate seen: the strictest floor
-    params = list(engine.model_runner.model.parameters())
-    weight_bytes = sum(p.numel() * p.element_size() for p in params)
-    embedding = engine.model_runner.model.model.embed_tokens.weight
-    # A decode step reads one embedding row, so the untied table barely counts towards its traffic.
-    streamed_bytes = weight_bytes - (0 if engine.model_config.tie_word_embeddings else embedding.numel() * 4)
-    decode["floor_ms"] = weight_bytes / bandwidth / 1e6
-    decode["floor_streamed_ms"] = streamed_bytes / bandwidth / 1e6
-    decode["engine_vs_floor"] = decode["engine_ms"] / decode["floor_ms"]
-    decode["engine_vs_streamed_floor"] = decode["engine_ms"] / decode["floor_streamed_ms"]
+        probe = BandwidthProbe(gib=1 if args.quick else 2)
+        for i in range(args.repeats):
+            print(f"\nround {i + 1} of {args.repeats}")
+            runs.append(measure_once(engine, hf, work, sample, static_batches, pad_id, probe, steps))
+    del probe
 
-    engine_result = results["engine"]
-    ratios = {
-        name: engine_result.tokens_per_s / r.tokens_per_s for name, r in results.items() if name != "engine"
+    params = sum(p.numel() for p in engine.model_runner.model.parameters())
+    names = list(runs[0]["throughput"])
+    tput = {name: median_of(runs, "throughput", name, "tokens_per_s") for name in names}
+    tput_cpu = {name: median_of(runs, "throughput", name, "tokens_per_cpu_s") for name in names}
+    speedup = {name: median_of(runs, "speedup", name) for name in names if name != "engine"}
+    speedup_cpu = {name: median_of(runs, "speedup_cpu_time", name) for name in names if name != "engine"}
+    decode = {
+        key: median_of(runs, "decode_batch1", key)
+        for key, value in runs[0]["decode_batch1"].items()
+        if isinstance(value, float | int)
     }
-    cpu_ratios = {
-        name: engine_result.tokens_per_cpu_s / r.tokens_per_cpu_s
-        for name, r in results.items()
-        if name != "engine"
+    readers = {
+        name: median_of(runs, "decode_batch1", "bandwidth_by_reader_gbs", name)
+        for name in runs[0]["decode_batch1"]["bandwidth_by_reader_gbs"]
+    }
+    best_static = max((n for n in names if n.startswith("hf_static")), key=lambda n: tput_cpu[n])
+    targets = {
+        "engine_vs_floor": (decode["engine_vs_floor"], TARGET_FLOOR_RATIO, True),
+        "hf_step_vs_engine_step": (decode["hf_vs_engine"], TARGET_VS_HF_STEP, False),
+        "cpu_time_vs_sequential": (speedup_cpu["hf_sequential"], TARGET_VS_SEQUENTIAL, False),
+        "cpu_time_vs_best_static": (speedup_cpu[best_static], TARGET_VS_STATIC, False),
     }
     report = {
-        "machine": {
-            "cpu": cpu_name(),
-            "threads": args.threads,
-            "torch": torch.__version__,
-            "python": sys.version.split()[0],
-            "load_average_1m_at_end": os.getloadavg()[0],
-        },
+        "machine": machine(args.threads, [r["load_average_1m"] for r in runs]),
         "workload": {
             "requests": args.requests,
             "prompt_tokens": prompt_lens,
@@ -282,25 +412,57 @@ def main(argv: list[str] | None = None) -> int:
             "engine_max_num_seqs": args.max_num_seqs,
             "static_batch_sizes": static_batches,
             "sequential_sample": len(sample),
-            "model_params": sum(p.numel() for p in params),
+            "model_params": params,
             "seed": args.seed,
+            "repeats": args.repeats,
         },
-        "throughput": {
-            name: {**asdict(r), "tokens_per_s": r.tokens_per_s, "tokens_per_cpu_s": r.tokens_per_cpu_s}
-            for name, r in results.items()
+        "median": {
+            "tokens_per_s": tput,
+            "tokens_per_cpu_s": tput_cpu,
+            "speedup": speedup,
+            "speedup_cpu_time": speedup_cpu,
+            "decode_batch1": decode,
         },
-        "speedup": ratios,
-        "speedup_cpu_time": cpu_ratios,
-        "decode_batch1": decode,
-        "read_bandwidth_gbs": bandwidth,
+        "targets": {
+            name: {
+                "value": value,
+                "target": target,
+                "at_most": at_most,
+                "met": value <= target if at_most else value >= target,
+            }
+            for name, (value, target, at_most) in targets.items()
+        },
+        "runs": runs,
     }
 
     print(
-        f"\nmodel: {report['workload']['model_params'] / 1e6:.1f}M params fp32, {cpu_name()}, "
-        f"{args.threads} threads"
+        f"\nmodel: {params / 1e6:.1f}M params fp32, {cpu_name()}, kernels {fused_ops.cpu_isa()}, "
+        f"{args.threads} threads; medians of {args.repeats} round(s)"
+    )
+    ctx = runs[0]["decode_batch1"]["context_tokens"]
+    d = decode
+    print(
+        f"\nbatch-1 decode floor: a step reads {d['bytes_read'] / 1e6:.1f} MB (matmul weights "
+        f"{d['matmul_weight_bytes'] / 1e6:.1f} MB, norms {d['norm_bytes'] / 1e3:.1f} kB, one embedding row "
+        f"{d['embedding_row_bytes'] / 1e3:.1f} kB, KV cache of {ctx[0]}-{ctx[1]} tokens "
+        f"{d['kv_bytes_mean'] / 1e6:.1f} MB) at {d['bandwidth_gbs']:.1f} GB/s = {d['floor_ms']:.2f} ms"
     )
     print(
-        f"workload: {args.requests} requests, prompts {prompt_lens[0]}-{prompt_lens[1]} tokens, "
+        "(read bandwidth, the best of two readers sampled between the engine's steps: "
+        + ", ".join(f"{name} {gbs:.1f} GB/s" for name, gbs in readers.items())
+        + ")"
+    )
+    floor_verdict = verdict(d["engine_vs_floor"], TARGET_FLOOR_RATIO, at_most=True)
+    print(
+        f"engine step {d['engine_ms']:.2f} ms median ({d['engine_best_ms']:.2f} best) = "
+        f"{d['engine_vs_floor']:.2f}x the floor ({floor_verdict})"
+    )
+    print(
+        f"transformers step {decode['hf_ms']:.2f} ms = {decode['hf_vs_engine']:.2f}x ours "
+        f"({verdict(decode['hf_vs_engine'], TARGET_VS_HF_STEP)})"
+    )
+    print(
+        f"\nworkload: {args.requests} requests, prompts {prompt_lens[0]}-{prompt_lens[1]} tokens, "
         f"outputs {output_lens[0]}-{output_lens[1]} tokens\n"
     )
     print(f"{'method':<48}{'tok/s':>9}{'speedup':>9}{'tok/CPU-s':>11}{'speedup':>9}")
@@ -309,29 +471,21 @@ def main(argv: list[str] | None = None) -> int:
         "hf_sequential": f"transformers, one at a time ({len(sample)}/{args.requests} run)",
         **{f"hf_static_{b}": f"transformers, static batches of {b}" for b in static_batches},
     }
-    for name, r in results.items():
+    for name in names:
         print(
-            f"{labels[name]:<48}{r.tokens_per_s:>9.1f}{ratios.get(name, 1.0):>8.2f}x"
-            f"{r.tokens_per_cpu_s:>11.1f}{cpu_ratios.get(name, 1.0):>8.2f}x"
+            f"{labels[name]:<48}{tput[name]:>9.1f}{speedup.get(name, 1.0):>8.2f}x"
+            f"{tput_cpu[name]:>11.1f}{speedup_cpu.get(name, 1.0):>8.2f}x"
         )
     print("(speedup: the engine's throughput over that row's; CPU-s: per second of this process's CPU time)")
     print(
-        f"\nbatch-1 decode step: engine {decode['engine_ms']:.2f} ms median, "
-        f"{decode['engine_best_ms']:.2f} ms best; transformers {decode['hf_ms']:.2f} ms"
+        f"per CPU-second: {speedup_cpu['hf_sequential']:.2f}x one at a time "
+        f"({verdict(speedup_cpu['hf_sequential'], TARGET_VS_SEQUENTIAL)}), "
+        f"{speedup_cpu[best_static]:.2f}x the best static batching, {labels[best_static]} "
+        f"({verdict(speedup_cpu[best_static], TARGET_VS_STATIC)})"
     )
-    print(
-        f"floor, all {weight_bytes / 1e6:.0f} MB of weights at {bandwidth:.1f} GB/s: "
-        f"{decode['floor_ms']:.2f} ms -> engine median at {decode['engine_vs_floor']:.2f}x"
-    )
-    print(
-        f"floor, the {streamed_bytes / 1e6:.0f} MB a step streams (embedding table excluded): "
-        f"{decode['floor_streamed_ms']:.2f} ms -> engine median at {decode['engine_vs_streamed_floor']:.2f}x"
-    )
-    print(f"load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-        print(f"\nwrote {args.json}")
+    loads = ", ".join(f"{r['load_average_1m']:.1f}" for r in runs)
+    print(f"load average (1 min) after each round: {loads} on {os.cpu_count()} CPUs")
+    write_report(args.json, report)
     return 0
 
 

@@ -168,6 +168,30 @@ class ModelShape:
         embeddings = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
         return self.num_layers * (attention + mlp + router + norms) + embeddings + self.hidden_size
 
+    def weight_bytes(self, dtype: str, quantization: str | None = None) -> int:
+        """The weights in `dtype`; with int8 (the builtin engine's weight-only scheme) every matmul
+        weight, the decoder layers' projections and an untied LM head, is one byte plus a float32
+        scale per output row, and the rest (embeddings, norms, biases, router) stays in `dtype`."""
+        params = self.param_count()
+        if quantization is None:
+            return int(params * dtype_bytes(dtype, "dtype"))
+        if quantization != "int8":
+            raise ValueError(f"quantization: unknown scheme {quantization!r}; expected int8")
+        q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        head = 0 if self.tie_word_embeddings else self.vocab_size  # a tied head is the embedding table
+        mlp_rows = (2 * self.intermediate_size + self.hidden_size) * self.num_experts
+        rows = self.num_layers * (q_dim + 2 * kv_dim + self.hidden_size + mlp_rows) + head
+        matmul = (
+            self.num_layers
+            * (
+                self.hidden_size * (q_dim + 2 * kv_dim)
+                + q_dim * self.hidden_size
+                + 3 * self.hidden_size * self.intermediate_size * self.num_experts
+            )
+            + head * self.hidden_size
+        )
+        return int((params - matmul) * dtype_bytes(dtype, "dtype") + matmul + rows * DTYPE_BYTES["float32"])
+
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
         """2 (K and V) x layers x kv_heads x head_dim x dtype bytes."""
         return int(
@@ -200,6 +224,7 @@ class Plan:
     suggested_kv_cache_tokens: int
     fits: bool  # one sequence of context_length fits
     notes: tuple[str, ...] = field(default=())
+    quantization: str | None = None  # weight-only scheme counted in weights_bytes
 
 
 def activation_reserve_bytes(shape: ModelShape, batched_tokens: int = DEFAULT_BATCHED_TOKENS) -> int:
@@ -216,6 +241,7 @@ def plan(
     gpus: int = 1,
     dtype: str | None = None,
     kv_dtype: str | None = None,
+    quantization: str | None = None,
     context_length: int | None = None,
     avg_seq_tokens: int | None = None,
     memory_utilization: float = 0.9,
@@ -226,7 +252,8 @@ def plan(
 ) -> Plan:
     """Weights, KV budget and suggested limits. `avg_seq_tokens` (prompt + output of a typical
     request, default context_length) sizes maxNumSeqs so that many sequences never need preemption;
-    with a bandwidth and a TPOT target, the decode roofline caps the batch too."""
+    with a bandwidth and a TPOT target, the decode roofline caps the batch too. `quantization` int8
+    counts the matmul weights at one byte (see `ModelShape.weight_bytes`)."""
     if gpu_memory_bytes <= 0:
         raise ValueError("gpu memory must be positive")
     if gpus < 1:
@@ -248,7 +275,7 @@ def plan(
     weight_dtype = dtype or shape.dtype
     kv_dtype = kv_dtype or weight_dtype
     params = shape.param_count()
-    weights = int(params * dtype_bytes(weight_dtype, "dtype"))
+    weights = shape.weight_bytes(weight_dtype, quantization)
     kv_per_token = shape.kv_bytes_per_token(kv_dtype)
     reserve = gpus * reserve_bytes + activation_reserve_bytes(shape)
     usable = int(gpus * gpu_memory_bytes * memory_utilization)
@@ -306,4 +333,5 @@ def plan(
         suggested_kv_cache_tokens=kv_tokens if fits else 0,
         fits=fits,
         notes=tuple(notes),
+        quantization=quantization,
     )

@@ -100,6 +100,7 @@ def check(
             device.memory_bytes,
             gpus=device.count,
             dtype=None if spec.model.dtype == "auto" else spec.model.dtype,
+            quantization=None if spec.model.quantization == "none" else spec.model.quantization,
             context_length=context,
             memory_utilization=runtime.kv_cache_fraction or DEFAULT_MEMORY_UTILIZATION,
             **({} if device.reserve_bytes is None else {"reserve_bytes": device.reserve_bytes}),

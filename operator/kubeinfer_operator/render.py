@@ -130,6 +130,8 @@ def builtin_args(spec: InferenceServiceSpec, model_path: str) -> list[str]:
         args += ["--max-model-len", str(spec.model.max_model_len)]
     if spec.model.dtype != "auto":
         args += ["--dtype", spec.model.dtype]
+    if spec.model.quantization != "none":
+        args += ["--quantization", spec.model.quantization]
     if runtime.resources.gpus == 0:
         args += ["--device", "cpu"]
     if runtime.kv_cache_tokens is not None:

@@ -126,6 +126,16 @@ INVALID = [
     Invalid("missing-model", {"spec.model": DELETE}, "spec.model"),
     Invalid("two-model-sources", {"spec.model.source.pvc": {"claimName": "models"}}, "spec.model.source"),
     Invalid("builtin-with-uri", {"spec.model.source": {"uri": "hf://org/model"}}, "spec.model.source.uri"),
+    Invalid("unknown-quantization", {"spec.model.quantization": "int4"}, "spec.model.quantization"),
+    Invalid(
+        "vllm-with-quantization",
+        {
+            "spec.model.quantization": "int8",
+            "spec.runtime.engine": "vllm",
+            "spec.runtime.image": "vllm/vllm-openai:v0.11.0",
+        },
+        "spec.model.quantization",
+    ),
     Invalid(
         "relative-host-path",
         {"spec.model.source.hostPath.path": "models/tiny"},

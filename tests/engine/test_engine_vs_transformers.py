@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import assert_all_blocks_free, random_prompts
+from engine_helpers import Reference, assert_all_blocks_free, random_prompts
 from transformers import AutoModelForCausalLM
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
@@ -24,36 +24,14 @@ GREEDY = SamplingParams(max_tokens=MAX_TOKENS, temperature=0.0, ignore_eos=True)
 PROMPTS = random_prompts(LENGTHS, seed=3, shared_prefix=64)
 
 
-class Reference:
-    """transformers' greedy continuations and last-position prompt logits, one preset at a time.
-
-    A plain argmax loop over the model's forward (no KV cache): `generate` would add nothing to
-    the comparison but seconds of overhead, and min_new_tokens would suppress EOS where the
-    engine's ignore_eos only keeps going.
-    """
-
-    def __init__(self, model_dir: Path) -> None:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        self.tokens: list[list[int]] = []
-        self.last_logits: list[torch.Tensor] = []
-        with torch.inference_mode():
-            for prompt in PROMPTS:
-                ids = list(prompt)
-                for _ in range(MAX_TOKENS):
-                    logits = model(torch.tensor([ids]), use_cache=False).logits[0, -1]
-                    if len(ids) == len(prompt):
-                        self.last_logits.append(logits)
-                    ids.append(int(logits.argmax()))
-                self.tokens.append(ids[len(prompt) :])
-
-
 @pytest.fixture(scope="module")
 def reference(tiny_model_dir: Callable[[str], Path]) -> Callable[[str], Reference]:
     made: dict[str, Reference] = {}
 
     def get(preset: str) -> Reference:
         if preset not in made:
-            made[preset] = Reference(tiny_model_dir(preset))
+            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(preset), dtype=torch.float32)
+            made[preset] = Reference(model, PROMPTS, MAX_TOKENS)
         return made[preset]
 
     return get
@@ -162,7 +140,8 @@ def test_weights_sliced_for_two_threads_match_transformers(
 def test_bfloat16_prefill_logits_stay_close_to_float32(
     make_engine: Callable[..., LLMEngine], reference: Callable[[str], Reference]
 ) -> None:
-    """The half-precision path (plain matmuls, float32 RMSNorm statistics) on CPU, against fp32."""
+    """bfloat16 on CPU (through the kernels, float32 RMSNorm statistics) against float32; the same
+    path against transformers in bfloat16 is in test_engine_precisions_vs_transformers.py."""
     engine = make_engine(dtype="bfloat16")
     assert engine.model_runner.dtype == torch.bfloat16
     for i, prompt in enumerate(PROMPTS):
@@ -172,3 +151,21 @@ def test_bfloat16_prefill_logits_stay_close_to_float32(
     for seq, row in zip(seqs, logits, strict=True):
         expected = reference("llama-gqa").last_logits[int(seq.request_id)]
         torch.testing.assert_close(row.float(), expected, rtol=0.02, atol=0.1)
+
+
+@pytest.mark.parametrize("preset", ["llama-gqa", "qwen2-bias", "llama-tied"])
+def test_few_sequence_decodes_run_each_layer_as_one_kernel_and_match_transformers(
+    preset: str,
+    make_engine: Callable[..., LLMEngine],
+    reference: Callable[[str], Reference],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At most 3 sequences run at once, so decode-only steps take `fused_ops.decode_layer` (one C++
+    call per layer); mixed steps take the op-by-op path. Both must give transformers' tokens."""
+    calls = []
+    fused = fused_ops.decode_layer
+    monkeypatch.setattr(fused_ops, "decode_layer", lambda *args: calls.append(1) or fused(*args))
+    engine = make_engine(preset, max_num_seqs=3)
+    assert engine.generate(PROMPTS, GREEDY) == reference(preset).tokens
+    assert calls  # the fused layers did run
+    assert_all_blocks_free(engine)

@@ -49,3 +49,12 @@ def test_bad_values_name_the_option(
     with pytest.raises(SystemExit) as exited:
         parse_config(argv if "--model" in argv else ["--model", str(tmp_path), *argv], env)
     assert message in capsys.readouterr().err + str(exited.value.code)
+
+
+def test_quantization_flag_reaches_the_engine_and_refuses_unknown_schemes(tmp_path: Path) -> None:
+    env = {"KUBEINFER_MODEL": str(tmp_path)}
+    assert "quantization" not in parse_config([], env).engine_overrides()  # unset: full-precision weights
+    assert parse_config(["--quantization", "int8"], env).engine_overrides()["quantization"] == "int8"
+    assert parse_config([], {**env, "KUBEINFER_QUANTIZATION": "int8"}).quantization == "int8"
+    with pytest.raises(SystemExit):
+        parse_config(["--quantization", "int4"], env)

@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", help="weights dtype (default: the config's torch_dtype)")
     parser.add_argument("--kv-dtype", help="KV cache dtype (default: the weights dtype)")
     parser.add_argument(
+        "--quantization",
+        choices=["int8"],
+        help="weight-only quantization of the matmul weights (the builtin engine's int8)",
+    )
+    parser.add_argument(
         "--context-length",
         type=positive_int,
         help="maxModelLen (default: the config's max_position_embeddings)",
@@ -117,7 +122,11 @@ def format_plan(name: str, shape: ModelShape, gpu: str, p: Plan) -> str:
         f" x {dtype_bytes(p.kv_dtype):g} B ({p.kv_dtype})"
     )
     rows = [
-        ("model", f"{name}: {params} parameters, {p.dtype}"),
+        (
+            "model",
+            f"{name}: {params} parameters, {p.dtype}"
+            + (f", {p.quantization} weights" if p.quantization else ""),
+        ),
         ("GPUs", f"{p.gpus} x {gpu} ({_gib(p.gpu_memory_bytes)}), {p.memory_utilization:.0%} for the engine"),
         ("weights", _gib(p.weights_bytes)),
         ("KV per token", f"{p.kv_bytes_per_token:,} B = {kv_formula}"),
@@ -191,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus=args.gpus,
             dtype=args.dtype,
             kv_dtype=args.kv_dtype,
+            quantization=args.quantization,
             context_length=args.context_length,
             avg_seq_tokens=args.avg_seq_tokens,
             memory_utilization=args.memory_utilization,

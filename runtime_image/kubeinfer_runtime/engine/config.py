@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from kubeinfer_runtime.models.loader import QUANTIZATIONS
+
 DTYPES = {
     "float32": torch.float32,
     "fp32": torch.float32,
@@ -34,7 +36,8 @@ class EngineConfig:
     max_model_len: int | None = None  # None: the model's max_position_embeddings, capped by the cache
     seed: int = 0  # for requests that sample without a seed of their own
     num_threads: int | None = None  # CPU threads; None: the CPUs this process may use
-    cpu_kernels: bool = True  # fused C++ decode kernels on CPU in float32 (see models/fused_ops.py)
+    cpu_kernels: bool = True  # fused C++ decode kernels on CPU in float32/bfloat16 (models/fused_ops.py)
+    quantization: str | None = None  # "int8": weight-only int8 matmul weights, quantized at load
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
@@ -54,5 +57,7 @@ class EngineConfig:
             )
         if self.dtype is not None and self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be one of {QUANTIZATIONS}, got {self.quantization!r}")
         if self.device is not None and torch.device(self.device).type not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")

@@ -81,10 +81,12 @@ class ModelRunner:
         self.block_size = config.block_size
         self.cpu_kernels = (
             self.device.type == "cpu"
-            and self.dtype == torch.float32
+            and self.dtype in fused_ops.KERNEL_DTYPES
             and fused_ops.use_cpu_kernels(config.cpu_kernels)
         )
-        self.model = load_model(config.model, model_config, self.dtype, self.device, threads)
+        self.model = load_model(
+            config.model, model_config, self.dtype, self.device, threads, config.quantization
+        )
 
         requested = config.max_model_len or model_config.max_position_embeddings
         if requested > model_config.max_position_embeddings:
@@ -105,6 +107,8 @@ class ModelRunner:
             )
         self.max_model_len = min(requested, capacity)
         self.kv_caches = allocate_kv_cache(self.kv_plan, model_config, self.dtype, self.device)
+        for i, cache in enumerate(self.kv_caches):  # one layer at a time: no second full cache
+            self.kv_caches[i] = fused_ops.on_huge_pages(cache)
         for layer, cache in zip(self.model.model.layers, self.kv_caches, strict=True):
             layer.self_attn.kv_cache = cache
         cos, sin = rope_tables(model_config, self.max_model_len, self.dtype)

@@ -35,6 +35,7 @@ class ServerConfig:
     device: str | None
     seed: int | None
     cpu_kernels: bool
+    quantization: str | None
     api_key_file: str | None
     warmup: bool
     drain_timeout: float
@@ -57,6 +58,7 @@ class ServerConfig:
             "device": self.device,
             "seed": self.seed,
             "cpu_kernels": self.cpu_kernels,
+            "quantization": self.quantization,
         }
         return {key: value for key, value in overrides.items() if value is not None}
 
@@ -133,6 +135,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     flag("--seed", "engine-wide random seed", type=int)
     flag("--cpu-kernels", "fused C++ decode kernels on CPU (compiled on first use; off: eager PyTorch)", True,
          action=argparse.BooleanOptionalAction)  # fmt: skip
+    flag("--quantization", "weight-only quantization applied at load: int8 (default: none)", choices=["int8"])
     flag("--api-key-file", "file holding the API key clients must send as 'Authorization: Bearer <key>'")
     flag("--warmup", "run one generation before reporting ready", True, action=argparse.BooleanOptionalAction)
     flag(
