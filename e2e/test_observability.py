@@ -74,8 +74,11 @@ def runtime(**extra: Any) -> dict[str, Any]:
 # busy: one batch slot and one queue place, so a handful of clients overload it for real (429s).
 BUSY = manifest(
     "busy",
-    runtime=runtime(maxNumSeqs=1, maxQueue=1, faults={"tokenLatency": "20ms"}),
-    # queue time is what scales it: a request waits behind the one running (~0.5 s)
+    # 8 tokens at 150 ms: the waiting request ages up to ~1.2 s behind the running one whatever else the
+    # machine is doing (at 20 ms the oldest wait stayed under its 0.4 s target on a quiet machine, and the
+    # policy never asks for more replicas than the live queue does).
+    runtime=runtime(maxNumSeqs=1, maxQueue=1, faults={"tokenLatency": "150ms"}),
+    # queue time is what scales it: a request waits behind the one running (~0.6 s on average)
     scaling={
         "minReplicas": 1,
         "maxReplicas": 2,
