@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import components, network, pki, procs, prometheus
+from . import components, network, pki, procs, prometheus, realcluster
 from .config import E2E_DIR, ClusterConfig, load_config
 from .kubelet.launcher import remove_mountpoints
 from .kubelet.logs import log_file
@@ -197,6 +197,7 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         "kubeconfig": str(cfg.kubeconfig),
         "node_names": [n.name for n in cfg.nodes],
         "kubelet_root": str(kubelet_root),
+        "node_kind": cfg.node_kind,
         "daemons": [],
         "bridge": cfg.bridge,
         "service_cidr": cfg.service_cidr,
@@ -235,9 +236,11 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     for name, kc in kubeconfigs.items():
         pki.write_kubeconfig(kc, server, pki_dir, name, name)
 
-    def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        state["daemons"].append(procs.spawn(name, argv, logs / f"{name}.log", env=env).to_json())
+    def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> procs.Daemon:
+        daemon = procs.spawn(name, argv, logs / f"{name}.log", env=env)
+        state["daemons"].append(daemon.to_json())
         write_state(cfg, state)
+        return daemon
 
     def wait(name: str, check: Any, timeout: float) -> None:
         try:
@@ -257,19 +260,22 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         components.controller_manager(bin_dir, pki_dir, ports, kubeconfigs["controller-manager"]),
     )
     start("kube-scheduler", components.scheduler(bin_dir, ports, kubeconfigs["scheduler"]))
-    kubelet_cfg = kubelet_config(cfg, state, pki_dir, kubelet_root, ports.kubelet)
-    (cfg.state_dir / "kubelet.json").write_text(json.dumps(kubelet_cfg, indent=2))
-    start(
-        "kubelet",
-        [sys.executable, "-m", "localcluster.kubelet", str(cfg.state_dir / "kubelet.json")],
-        env={
-            **os.environ,
-            "PYTHONPATH": str(E2E_DIR),
-            "PYTHONUNBUFFERED": "1",
-            # pods inherit this PATH: the project's venv first, so its console scripts run in pods
-            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        },
-    )
+    if cfg.node_kind == "real":
+        realcluster.start_nodes(cfg, state, pki_dir, start, lambda: write_state(cfg, state), _say)
+    else:
+        kubelet_cfg = kubelet_config(cfg, state, pki_dir, kubelet_root, ports.kubelet)
+        (cfg.state_dir / "kubelet.json").write_text(json.dumps(kubelet_cfg, indent=2))
+        start(
+            "kubelet",
+            [sys.executable, "-m", "localcluster.kubelet", str(cfg.state_dir / "kubelet.json")],
+            env={
+                **os.environ,
+                "PYTHONPATH": str(E2E_DIR),
+                "PYTHONUNBUFFERED": "1",
+                # pods inherit this PATH: the project's venv first, so its console scripts run in pods
+                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            },
+        )
     start(
         "kube-proxy",
         components.kube_proxy(
@@ -287,7 +293,15 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         30,
     )
     wait("kube-scheduler", lambda: _get(f"https://127.0.0.1:{ports.scheduler}/healthz", insecure) == "ok", 30)
-    wait("kubelet", lambda: _nodes_ready(server, context, {n.name for n in cfg.nodes}), 30)
+    node_names = {n.name for n in cfg.nodes}
+    if cfg.node_kind == "real":
+        wait_nodes = time.monotonic()
+        for node in state["real_nodes"]:
+            name = node["name"]
+            wait(f"kubelet-{name}", lambda n=name: _nodes_ready(server, context, {n}), 120)
+        _say(f"nodes Ready {time.monotonic() - wait_nodes:.0f} s after their kubelets started")
+    else:
+        wait("kubelet", lambda: _nodes_ready(server, context, node_names), 30)
     wait(
         "kube-controller-manager",
         lambda: bool(_get(f"{server}/api/v1/namespaces/default/serviceaccounts/default", context)),
@@ -300,9 +314,24 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     )
     wait("kube-proxy", lambda: bool(_get(f"http://127.0.0.1:{ports.proxy_healthz}/healthz")), 30)
     wait("prometheus", lambda: "Ready" in _get(f"{state['prometheus_url']}/-/ready"), 30)
+    if cfg.node_kind == "real":
+        handle = Cluster.from_state(cfg, state)
+        realcluster.install_dns(handle.kubectl, state, cfg.service_cidr)
+        procs.wait_until("CoreDNS ready", lambda: _dns_ready(handle), 120)
     state |= {"ready": True, "up_seconds": round(time.monotonic() - began, 1)}
     write_state(cfg, state)
     return state
+
+
+def _say(message: str) -> None:
+    print(f"localcluster: {message}", file=sys.stderr, flush=True)
+
+
+def _dns_ready(handle: Cluster) -> bool:
+    out = handle.kubectl(
+        "get", "deploy", "coredns", "-n", "kube-system", "-o", "jsonpath={.status.readyReplicas}", check=False
+    ).stdout
+    return out.strip() not in ("", "0")
 
 
 def _nodes_ready(server: str, context: ssl.SSLContext, names: set[str]) -> bool:
@@ -415,6 +444,7 @@ def _down(cfg: ClusterConfig, keep_watchdog: bool = False) -> None:
     """Stop every recorded daemon (the kubelet first, so it ends its pods), then whatever pod processes
     are left, kube-proxy's rules, the network and the mountpoints."""
     state = read_state(cfg) or {}
+    realcluster.stop_nodes(state)  # first: its pods, kubelets and containerds, while the network is there
     running = daemons(state)
     order = [n for n in STOP_ORDER if n in running and not (keep_watchdog and n == "watchdog")]
     for name in order:

@@ -1,0 +1,240 @@
+"""The real nodes of a cluster (KUBEINFER_NODE_KIND=real): their binaries and images, bringing every
+node up after the control plane, and taking them down again.  One node is localcluster.realnode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import cgroups, coredns, pki, procs, realnode
+from .config import E2E_DIR, REPO_ROOT, ClusterConfig
+
+Obj = dict[str, Any]
+CACHE = Path(os.environ.get("KUBEINFER_CACHE", Path.home() / ".cache" / "kubeinfer"))
+DEFAULT_IMAGES = ("pause", "coredns", "operator", "runtime")
+PAUSE = "pause"
+
+
+@dataclass(frozen=True)
+class Image:
+    ref: str
+    layout: Path  # OCI layout directory
+    digest: str  # manifest digest
+
+
+def node_binaries() -> Path:
+    """kubelet, crictl, CoreDNS and the fake device plugin (built once per machine, progress on stderr);
+    KUBEINFER_NODE_BIN_DIR names a directory of prebuilt ones instead."""
+    if os.environ.get("KUBEINFER_NODE_BIN_DIR"):
+        return Path(os.environ["KUBEINFER_NODE_BIN_DIR"])
+    out = subprocess.run(
+        ["bash", str(E2E_DIR / "build_node_binaries.sh")], stdout=subprocess.PIPE, text=True, check=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def image_names(env: dict[str, str]) -> tuple[str, ...]:
+    """The images every node gets: KUBEINFER_NODE_IMAGES (comma-separated) or all; pause always."""
+    raw = env.get("KUBEINFER_NODE_IMAGES")
+    names = tuple(n.strip() for n in raw.split(",") if n.strip()) if raw else DEFAULT_IMAGES
+    unknown = set(names) - set(DEFAULT_IMAGES)
+    if unknown:
+        raise ValueError(
+            f"KUBEINFER_NODE_IMAGES: unknown {sorted(unknown)}; known: {', '.join(DEFAULT_IMAGES)}"
+        )
+    return (PAUSE, *[n for n in names if n != PAUSE])
+
+
+def parse_build_output(stdout: str) -> list[Image]:
+    images = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[2].startswith("sha256:"):
+            images.append(Image(parts[0], Path(parts[1]), parts[2]))
+    return images
+
+
+def build_images(names: tuple[str, ...]) -> dict[str, Image]:
+    """images/build.sh (cached by a hash of each image's inputs; build times and sizes on stderr)."""
+    out = subprocess.run(
+        ["bash", str(REPO_ROOT / "images" / "build.sh"), *names],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    built = parse_build_output(out.stdout)
+    if len(built) != len(names):
+        raise RuntimeError(f"images/build.sh built {len(built)} of {len(names)} images:\n{out.stdout}")
+    return dict(zip(names, built, strict=True))
+
+
+def plan_nodes(
+    cfg: ClusterConfig, kubelet_ports: list[int], healthz_ports: list[int]
+) -> list[realnode.NodePlan]:
+    plans = []
+    for i, node in enumerate(cfg.nodes):
+        base = node.pod_cidr.split("/")[0].rsplit(".", 1)[0]
+        plans.append(
+            realnode.NodePlan(
+                name=node.name,
+                index=i + 1,
+                dir=cfg.state_dir / "nodes" / node.name,
+                containerd_root=CACHE / "nodes" / node.name / "containerd",
+                cgroup_root=cgroups.node_root(node.name),
+                node_ip=cfg.bridge_ip,
+                kubelet_port=kubelet_ports[i],
+                healthz_port=healthz_ports[i],
+                range_start=f"{base}.2",
+                range_end=f"{base}.254",
+                gpus=int(node.capacity.get("nvidia.com/gpu", "0")),
+            )
+        )
+    return plans
+
+
+def cluster_dns_ip(service_cidr: str) -> str:
+    """The tenth address of the service range, as kubeadm picks it (10.96.0.10)."""
+    base = service_cidr.split("/")[0].rsplit(".", 1)[0]
+    return f"{base}.10"
+
+
+def import_image(plan: realnode.NodePlan, image: Image) -> bool:
+    """Import into the node's containerd unless it already holds this digest under this name; returns
+    whether it imported."""
+    listed = realnode.ctr(plan, "images", "ls", f"name=={image.ref}").stdout
+    if image.digest in listed:
+        return False
+    tar = subprocess.Popen(["tar", "-C", str(image.layout), "-cf", "-", "."], stdout=subprocess.PIPE)
+    assert tar.stdout is not None
+    result = subprocess.run(
+        ["ctr", f"--address={plan.host_socket}", "--namespace=k8s.io", "images", "import", "-"],
+        stdin=tar.stdout,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tar.stdout.close()
+    tar.wait()
+    if (
+        result.returncode != 0
+        or image.digest not in realnode.ctr(plan, "images", "ls", f"name=={image.ref}").stdout
+    ):
+        raise RuntimeError(f"importing {image.ref} into {plan.name}: {result.stderr or result.stdout}")
+    return True
+
+
+def start_nodes(
+    cfg: ClusterConfig,
+    state: Obj,
+    pki_dir: Path,
+    start: Callable[[str, list[str]], procs.Daemon],
+    save: Callable[[], None],
+    log: Callable[[str], None],
+) -> None:
+    """Build/import what the nodes need, then start containerd, kubelet and device plugin per node.
+    Each node's record (state["real_nodes"]) is saved before anything of it runs, so `down` can undo
+    a half-started node."""
+    began = time.monotonic()
+    node_bin = node_binaries()
+    names = image_names(dict(os.environ))
+    images = build_images(names)
+    state["node_bin_dir"] = str(node_bin)
+    state["images"] = {name: image.ref for name, image in images.items()}
+    log(f"node binaries and images ready in {time.monotonic() - began:.0f} s")
+    plans = plan_nodes(
+        cfg,
+        [procs.free_port(cfg.bridge_ip) for _ in cfg.nodes],
+        [procs.free_port() for _ in cfg.nodes],
+    )
+    state["real_nodes"] = []
+    for plan in plans:
+        record: Obj = {"name": plan.name, "dir": str(plan.dir), "cgroup_root": plan.cgroup_root}
+        state["real_nodes"].append(record)
+        save()
+        files = {
+            "containerd.toml": realnode.containerd_config(plan, images[PAUSE].ref),
+            "cni/net.d/10-kubeinfer.conflist": json.dumps(
+                realnode.cni_config(plan, cfg.bridge, cfg.cluster_cidr, cfg.bridge_ip, cfg.service_cidr),
+                indent=2,
+            ),
+            "kubelet.json": json.dumps(
+                realnode.kubelet_config(plan, pki_dir, cluster_dns_ip(cfg.service_cidr)), indent=2
+            ),
+        }
+        record["mountpoints_made"] = realnode.prepare(plan, files)
+        pki.write_kubeconfig(
+            plan.dir / "kubelet.kubeconfig",
+            state["server"],
+            pki_dir,
+            f"node-{plan.name}",
+            f"system:node:{plan.name}",
+        )
+        record["cgroup_made"] = cgroups.create(plan.cgroup_root)
+        save()
+        holder = start(
+            f"containerd-{plan.name}",
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                "sh",
+                "-c",
+                realnode.namespace_script(plan),
+            ],
+        )
+        procs.wait_until(
+            f"containerd of {plan.name}", lambda p=plan: realnode.ctr(p, "version").returncode == 0, 30
+        )
+        record["namespace"] = realnode.namespace_id(holder.pid)
+        save()
+        t0 = time.monotonic()
+        imported = [img.ref for img in images.values() if import_image(plan, img)]
+        if imported:
+            log(f"{plan.name}: imported {', '.join(imported)} in {time.monotonic() - t0:.0f} s")
+        start(
+            f"kubelet-{plan.name}",
+            realnode.in_namespace(holder.pid, realnode.kubelet_argv(node_bin / "kubelet", plan)),
+        )
+        start(
+            f"device-plugin-{plan.name}",
+            realnode.in_namespace(
+                holder.pid,
+                [str(node_bin / "fake-device-plugin"), f"--count={plan.gpus}", "--resource=nvidia.com/gpu"],
+            ),
+        )
+    save()
+
+
+def install_dns(kubectl: Callable[..., Any], state: Obj, service_cidr: str) -> None:
+    docs = coredns.manifests(state["images"]["coredns"], cluster_dns_ip(service_cidr))
+    kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
+
+
+def stop_nodes(state: Obj) -> None:
+    """Undo every node in the state (its pods through the CRI first, then its processes, cgroups and
+    mountpoints) and the kubelet's iptables canary chains."""
+    node_bin = state.get("node_bin_dir")
+    crictl = Path(node_bin) / "crictl" if node_bin else None
+    for record in state.get("real_nodes", []):
+        realnode.cleanup(record, crictl if crictl and crictl.exists() else None)
+    if state.get("real_nodes"):
+        remove_kubelet_chains()
+
+
+def remove_kubelet_chains() -> None:
+    for tool in ("iptables", "ip6tables"):
+        for table in ("mangle", "nat", "filter"):
+            subprocess.run(
+                [tool, "-t", table, "-F", realnode.KUBELET_CANARY], capture_output=True, check=False
+            )
+            subprocess.run(
+                [tool, "-t", table, "-X", realnode.KUBELET_CANARY], capture_output=True, check=False
+            )
