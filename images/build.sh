@@ -17,6 +17,14 @@ HOST_CA="${KUBEINFER_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}"
 mkdir -p "$IMAGES/oci" "$IMAGES/stamps"
 exec 8>"$IMAGES/build.lock"
 flock 8
+# Builds are serialized by the lock above: a working container left now is a failed build's.  At the
+# end the storage's mounts go too (the overlay driver keeps its home bind-mounted while in use).
+"${BUILDAH[@]}" rm --all >/dev/null
+cleanup_storage() {
+  "${BUILDAH[@]}" rm --all >/dev/null 2>&1 || true
+  if mountpoint -q "$BUILDAH_ROOT/storage/overlay"; then umount "$BUILDAH_ROOT/storage/overlay" || true; fi
+}
+trap cleanup_storage EXIT
 
 # Files under the given paths that are part of the build context (.dockerignore's patterns aside).
 context_files() {

@@ -51,9 +51,8 @@ def create(root: str) -> list[str]:
     return made
 
 
-def remove(root: str, made: list[str]) -> None:
-    """Kill every process in the node's subtree in every hierarchy and remove the subtree bottom-up,
-    then the directories `create` made above it (those still empty: another node may share them)."""
+def remove(root: str) -> None:
+    """Kill every process in the node's subtree in every hierarchy and remove the subtree bottom-up."""
     for h in hierarchies():
         top = h / root.strip("/")
         if not top.exists():
@@ -68,7 +67,12 @@ def remove(root: str, made: list[str]) -> None:
             time.sleep(0.1)
         for d in reversed(_walk(top)):
             _rmdir(d)
-    for d in reversed(made):
+
+
+def remove_made(made: list[str]) -> None:
+    """The directories `create` made above the node roots, deepest first; once every node's subtree is
+    gone (nodes share them)."""
+    for d in sorted(set(made), key=lambda p: p.count("/"), reverse=True):
         _rmdir(Path(d))
 
 

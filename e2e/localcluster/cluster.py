@@ -295,11 +295,11 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     wait("kube-scheduler", lambda: _get(f"https://127.0.0.1:{ports.scheduler}/healthz", insecure) == "ok", 30)
     node_names = {n.name for n in cfg.nodes}
     if cfg.node_kind == "real":
-        wait_nodes = time.monotonic()
         for node in state["real_nodes"]:
-            name = node["name"]
-            wait(f"kubelet-{name}", lambda n=name: _nodes_ready(server, context, {n}), 120)
-        _say(f"nodes Ready {time.monotonic() - wait_nodes:.0f} s after their kubelets started")
+            name, gpus = node["name"], node["gpus"]
+            wait(f"kubelet-{name}", lambda n=name, g=gpus: _real_node_ready(server, context, n, g), 120)
+            took = time.time() - node["started_at"]
+            _say(f"{name} Ready with {gpus} GPUs {took:.0f} s after its containerd started")
     else:
         wait("kubelet", lambda: _nodes_ready(server, context, node_names), 30)
     wait(
@@ -332,6 +332,11 @@ def _dns_ready(handle: Cluster) -> bool:
         "get", "deploy", "coredns", "-n", "kube-system", "-o", "jsonpath={.status.readyReplicas}", check=False
     ).stdout
     return out.strip() not in ("", "0")
+
+
+def _real_node_ready(server: str, context: ssl.SSLContext, name: str, gpus: int) -> bool:
+    node = json.loads(_get(f"{server}/api/v1/nodes/{name}", context))
+    return _nodes_ready(server, context, {name}) and realcluster.devices_advertised(node, gpus)
 
 
 def _nodes_ready(server: str, context: ssl.SSLContext, names: set[str]) -> bool:
@@ -554,10 +559,36 @@ class Cluster:
             write_state(self.cfg, state)
         procs.wait_until("prometheus", lambda: "Ready" in _get(f"{self.prometheus_url}/-/ready"), 60)
 
+    @property
+    def real_nodes(self) -> bool:
+        """Whether pods run on real kubelets (images, cgroups, securityContext) or the process kubelet."""
+        return self._state.get("node_kind") == "real"
+
+    @property
+    def python_image(self) -> str:
+        """An image with Python 3.11 and the kubernetes client for test pods: on real nodes the operator
+        image (built from operator/Dockerfile); the process kubelet ignores images."""
+        return self._state["images"]["operator"] if self.real_nodes else "python:3.11-slim"
+
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> str:
         """The current log of a container (the pod's only or first one by default); "" when none."""
+        if self.real_nodes:
+            found = realcluster.pod_log_file(self._state, namespace, pod, container)
+            return realcluster.cri_log_text(found.read_text(errors="replace")) if found else ""
         found = log_file(Path(self._state["kubelet_root"]), namespace, pod, container)
         return found.read_text(errors="replace") if found else ""
+
+    def container_pids(self, namespace: str, pod: str) -> list[int]:
+        """Host pids of the pod's container processes (to kill one as the kernel's OOM killer would)."""
+        if self.real_nodes:
+            return realcluster.container_pids(self._state, namespace, pod)
+        uid = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json").stdout)["metadata"][
+            "uid"
+        ]
+        out = subprocess.run(
+            ["ip", "netns", "pids", network.sandbox_name(uid)], capture_output=True, text=True, check=True
+        )
+        return [int(p) for p in out.stdout.split()]
 
 
 def handle(cfg: ClusterConfig | None = None) -> Cluster:

@@ -3,6 +3,7 @@ node up after the control plane, and taking them down again.  One node is localc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -154,7 +155,13 @@ def start_nodes(
     )
     state["real_nodes"] = []
     for plan in plans:
-        record: Obj = {"name": plan.name, "dir": str(plan.dir), "cgroup_root": plan.cgroup_root}
+        record: Obj = {
+            "name": plan.name,
+            "dir": str(plan.dir),
+            "cgroup_root": plan.cgroup_root,
+            "gpus": plan.gpus,
+            "started_at": time.time(),
+        }
         state["real_nodes"].append(record)
         save()
         files = {
@@ -213,6 +220,13 @@ def start_nodes(
     save()
 
 
+def devices_advertised(node: Obj, gpus: int) -> bool:
+    """Whether the node's allocatable shows the device plugin's GPUs (the kubelet reports them only
+    after the plugin registered)."""
+    allocatable = node.get("status", {}).get("allocatable", {})
+    return gpus == 0 or allocatable.get("nvidia.com/gpu") == str(gpus)
+
+
 def install_dns(kubectl: Callable[..., Any], state: Obj, service_cidr: str) -> None:
     docs = coredns.manifests(state["images"]["coredns"], cluster_dns_ip(service_cidr))
     kubectl("apply", "-f", "-", input="\n".join(json.dumps(d) for d in docs))
@@ -223,9 +237,15 @@ def stop_nodes(state: Obj) -> None:
     mountpoints) and the kubelet's iptables canary chains."""
     node_bin = state.get("node_bin_dir")
     crictl = Path(node_bin) / "crictl" if node_bin else None
-    for record in state.get("real_nodes", []):
+    records = state.get("real_nodes", [])
+    for record in records:
         realnode.cleanup(record, crictl if crictl and crictl.exists() else None)
-    if state.get("real_nodes"):
+    # what the nodes share goes once all of them are gone
+    cgroups.remove_made([d for r in records for d in r.get("cgroup_made", [])])
+    for target in sorted({m for r in records for m in r.get("mountpoints_made", [])}, reverse=True):
+        with contextlib.suppress(OSError):
+            Path(target).rmdir()
+    if records:
         remove_kubelet_chains()
 
 
@@ -238,3 +258,59 @@ def remove_kubelet_chains() -> None:
             subprocess.run(
                 [tool, "-t", table, "-X", realnode.KUBELET_CANARY], capture_output=True, check=False
             )
+
+
+# --- what tests read from the nodes ------------------------------------------------------------------
+
+
+def cri_log_text(raw: str) -> str:
+    """The container's output from a CRI log file (`<time> <stream> <P|F> <text>` per line; P marks a
+    line the runtime split, continued by the next)."""
+    out = []
+    for line in raw.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) < 3:
+            continue
+        text = parts[3] if len(parts) == 4 else ""
+        out.append(text if parts[2] == "P" else text + "\n")
+    return "".join(out)
+
+
+def pod_log_file(state: Obj, namespace: str, pod: str, container: str | None = None) -> Path | None:
+    """The current log file of a pod's container (its first one by default) on whichever node ran it:
+    <podLogsDir>/<ns>_<pod>_<uid>/<container>/<restart>.log, the newest pod of that name."""
+    pod_dirs = [
+        d
+        for node in state.get("real_nodes", [])
+        for d in (Path(node["dir"]) / "pod-logs").glob(f"{namespace}_{pod}_*")
+        if d.is_dir()
+    ]
+    if not pod_dirs:
+        return None
+    pod_dir = max(pod_dirs, key=lambda d: d.stat().st_mtime)
+    containers = sorted(d for d in pod_dir.iterdir() if d.is_dir())
+    chosen = [d for d in containers if container is None or d.name == container]
+    if not chosen:
+        return None
+    logs = sorted(chosen[0].glob("*.log"), key=lambda f: int(f.stem) if f.stem.isdigit() else -1)
+    return logs[-1] if logs else None
+
+
+def container_pids(state: Obj, namespace: str, pod: str) -> list[int]:
+    """Host pids of the pod's running containers' first processes, through each node's CRI."""
+    crictl = Path(state["node_bin_dir"]) / "crictl"
+    pids = []
+    for node in state.get("real_nodes", []):
+        endpoint = f"--runtime-endpoint=unix://{Path(node['dir']) / 'run' / 'containerd.sock'}"
+
+        def run(*args: str, endpoint: str = endpoint) -> str:
+            return subprocess.run(
+                [str(crictl), endpoint, *args], capture_output=True, text=True, check=True, timeout=30
+            ).stdout
+
+        for sandbox in run(
+            "pods", "-q", "--namespace", namespace, "--name", f"^{pod}$", "--state", "ready"
+        ).split():
+            for container in run("ps", "-q", "--pod", sandbox, "--state", "running").split():
+                pids.append(int(json.loads(run("inspect", container))["info"]["pid"]))
+    return pids

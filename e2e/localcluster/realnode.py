@@ -287,12 +287,6 @@ def kill_namespace(ns: str | None) -> None:
     procs.wait_until("node processes to exit", lambda: not processes_in_namespace(ns), 15)
 
 
-def remove_host_mountpoints(made: list[str]) -> None:
-    for target in reversed(made):
-        with contextlib.suppress(OSError):
-            Path(target).rmdir()
-
-
 def cleanup(node: dict, crictl: Path | None) -> None:
     """Undo one node from its state record; safe on a half-started or already removed node."""
     plan_dir = Path(node["dir"])
@@ -300,8 +294,7 @@ def cleanup(node: dict, crictl: Path | None) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             remove_sandboxes(crictl, _socket_only(plan_dir))
     kill_namespace(node.get("namespace"))
-    cgroups.remove(node["cgroup_root"], node.get("cgroup_made", []))
-    remove_host_mountpoints(node.get("mountpoints_made", []))
+    cgroups.remove(node["cgroup_root"])
 
 
 def _socket_only(node_dir: Path) -> NodePlan:
