@@ -320,10 +320,18 @@ def test_pod_sees_its_env_volumes_and_the_apiserver(cluster: Cluster, namespace:
     assert "hostname probe" in log
     assert "apiserver sees ['probe']" in log
     assert "greeting hello" in cluster.kubectl("logs", "probe", "-n", namespace).stdout  # via the kubelet API
+    # followed from before the deletion: a deleted pod's logs go with it
+    follow = subprocess.Popen(
+        ["kubectl", f"--kubeconfig={cluster.kubeconfig}", "logs", "-f", "probe", "-n", namespace],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1)
     started = time.monotonic()
     cluster.kubectl("delete", "pod", "probe", "-n", namespace, "--timeout=30s")
     assert time.monotonic() - started < 8  # ended by SIGTERM, not by SIGKILL after the 10 s grace
-    assert "got SIGTERM" in cluster.pod_log(namespace, "probe")
+    followed, _ = follow.communicate(timeout=30)
+    assert "got SIGTERM" in followed
 
 
 def test_gpu_requests_beyond_any_node_stay_unschedulable(cluster: Cluster, namespace: str) -> None:

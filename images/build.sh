@@ -34,9 +34,16 @@ context_files() {
 # export_image REF KEY: push REF from buildah storage to its OCI layout (reusing blobs already there),
 # record the key, print the result line.
 export_image() {
-  local ref=$1 key=$2 layout digest
+  local ref=$1 key=$2 layout digest id
   layout="$IMAGES/oci/$(echo "${ref%:*}" | tr '/' '_')"
-  "${BUILDAH[@]}" push --quiet "$ref" "oci:$layout:$ref" >/dev/null
+  id=$("${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$ref" | head -1)
+  # an unchanged image (same ID: every layer cached) is not pushed again; pushing compresses each layer
+  if [[ "$(cat "$layout/.image-id" 2>/dev/null)" != "$id" ]]; then
+    local began=$SECONDS
+    "${BUILDAH[@]}" push --quiet "$ref" "oci:$layout:$ref" >/dev/null
+    echo "$id" > "$layout/.image-id"
+    log "exported $ref in $((SECONDS - began))s, $(du -sh "$layout" | cut -f1) compressed"
+  fi
   digest=$(python3 -c 'import json,sys; idx=json.load(open(sys.argv[1]+"/index.json")); print(next(m["digest"] for m in idx["manifests"] if m.get("annotations",{}).get("org.opencontainers.image.ref.name")==sys.argv[2]))' "$layout" "$ref")
   echo "$ref $layout $digest" > "$IMAGES/stamps/$key"
   cat "$IMAGES/stamps/$key"

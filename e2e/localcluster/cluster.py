@@ -185,6 +185,7 @@ def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int
 def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     began = time.monotonic()
     bin_dir = binaries()
+    artifacts = realcluster.build_artifacts(_say) if cfg.node_kind == "real" else None
     for entry in cfg.state_dir.iterdir():
         if entry.name != "lock":
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -260,8 +261,8 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         components.controller_manager(bin_dir, pki_dir, ports, kubeconfigs["controller-manager"]),
     )
     start("kube-scheduler", components.scheduler(bin_dir, ports, kubeconfigs["scheduler"]))
-    if cfg.node_kind == "real":
-        realcluster.start_nodes(cfg, state, pki_dir, start, lambda: write_state(cfg, state), _say)
+    if artifacts is not None:
+        realcluster.start_nodes(cfg, state, pki_dir, artifacts, start, lambda: write_state(cfg, state), _say)
     else:
         kubelet_cfg = kubelet_config(cfg, state, pki_dir, kubelet_root, ports.kubelet)
         (cfg.state_dir / "kubelet.json").write_text(json.dumps(kubelet_cfg, indent=2))
@@ -563,6 +564,12 @@ class Cluster:
     def real_nodes(self) -> bool:
         """Whether pods run on real kubelets (images, cgroups, securityContext) or the process kubelet."""
         return self._state.get("node_kind") == "real"
+
+    @property
+    def images(self) -> dict[str, str]:
+        """On real nodes: image name -> the reference every node holds (pause, coredns, operator,
+        runtime), as images/build.sh built them."""
+        return dict(self._state.get("images", {}))
 
     @property
     def python_image(self) -> str:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,30 +131,44 @@ def import_image(plan: realnode.NodePlan, image: Image) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Artifacts:
+    node_bin: Path
+    images: dict[str, Image]
+
+
+def build_artifacts(log: Callable[[str], None]) -> Artifacts:
+    """The node binaries and images, built (or found in the cache) before anything on the machine is
+    touched, so a failed build leaves nothing to undo."""
+    began = time.monotonic()
+    node_bin = node_binaries()
+    images = build_images(image_names(dict(os.environ)))
+    log(f"node binaries and images ready in {time.monotonic() - began:.0f} s")
+    return Artifacts(node_bin, images)
+
+
 def start_nodes(
     cfg: ClusterConfig,
     state: Obj,
     pki_dir: Path,
+    artifacts: Artifacts,
     start: Callable[[str, list[str]], procs.Daemon],
     save: Callable[[], None],
     log: Callable[[str], None],
 ) -> None:
-    """Build/import what the nodes need, then start containerd, kubelet and device plugin per node.
+    """Import the images into each node's containerd, then start its kubelet and device plugin.
     Each node's record (state["real_nodes"]) is saved before anything of it runs, so `down` can undo
     a half-started node."""
-    began = time.monotonic()
-    node_bin = node_binaries()
-    names = image_names(dict(os.environ))
-    images = build_images(names)
+    node_bin, images = artifacts.node_bin, artifacts.images
     state["node_bin_dir"] = str(node_bin)
     state["images"] = {name: image.ref for name, image in images.items()}
-    log(f"node binaries and images ready in {time.monotonic() - began:.0f} s")
     plans = plan_nodes(
         cfg,
         [procs.free_port(cfg.bridge_ip) for _ in cfg.nodes],
         [procs.free_port() for _ in cfg.nodes],
     )
     state["real_nodes"] = []
+    holders: list[tuple[realnode.NodePlan, int]] = []
     for plan in plans:
         record: Obj = {
             "name": plan.name,
@@ -202,21 +217,24 @@ def start_nodes(
         )
         record["namespace"] = realnode.namespace_id(holder.pid)
         save()
+        holders.append((plan, holder.pid))
+
+    def import_all(plan: realnode.NodePlan) -> None:
         t0 = time.monotonic()
         imported = [img.ref for img in images.values() if import_image(plan, img)]
         if imported:
             log(f"{plan.name}: imported {', '.join(imported)} in {time.monotonic() - t0:.0f} s")
+
+    # the nodes unpack in parallel (gunzip and the disk: the slow part of a cold start)
+    with ThreadPoolExecutor(len(holders) or 1) as pool:
+        list(pool.map(import_all, [plan for plan, _ in holders]))
+    for plan, pid in holders:
         start(
             f"kubelet-{plan.name}",
-            realnode.in_namespace(holder.pid, realnode.kubelet_argv(node_bin / "kubelet", plan)),
+            realnode.in_namespace(pid, realnode.kubelet_argv(node_bin / "kubelet", plan)),
         )
-        start(
-            f"device-plugin-{plan.name}",
-            realnode.in_namespace(
-                holder.pid,
-                [str(node_bin / "fake-device-plugin"), f"--count={plan.gpus}", "--resource=nvidia.com/gpu"],
-            ),
-        )
+        plugin = [str(node_bin / "fake-device-plugin"), f"--count={plan.gpus}", "--resource=nvidia.com/gpu"]
+        start(f"device-plugin-{plan.name}", realnode.in_namespace(pid, plugin))
     save()
 
 
