@@ -31,6 +31,19 @@ context_files() {
   (cd "$repo" && find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' | LC_ALL=C sort)
 }
 
+# cached KEY: print the stamp of KEY if its image is still what the OCI layout holds under its name
+cached() {
+  local stamp="$IMAGES/stamps/$1" ref layout digest
+  [[ -f "$stamp" ]] || return 1
+  read -r ref layout digest < "$stamp"
+  [[ "$(layout_digest "$layout" "$ref")" == "$digest" ]] || return 1
+  cat "$stamp"
+}
+
+layout_digest() {  # layout_digest DIR REF: the manifest digest DIR's index names REF
+  python3 -c 'import json,sys; idx=json.load(open(sys.argv[1]+"/index.json")); print(next((m["digest"] for m in idx["manifests"] if m.get("annotations",{}).get("org.opencontainers.image.ref.name")==sys.argv[2]), ""))' "$1" "$2" 2>/dev/null || true
+}
+
 # export_image REF KEY: push REF from buildah storage to its OCI layout (reusing blobs already there),
 # record the key, print the result line.
 export_image() {
@@ -44,7 +57,7 @@ export_image() {
     echo "$id" > "$layout/.image-id"
     log "exported $ref in $((SECONDS - began))s, $(du -sh "$layout" | cut -f1) compressed"
   fi
-  digest=$(python3 -c 'import json,sys; idx=json.load(open(sys.argv[1]+"/index.json")); print(next(m["digest"] for m in idx["manifests"] if m.get("annotations",{}).get("org.opencontainers.image.ref.name")==sys.argv[2]))' "$layout" "$ref")
+  digest=$(layout_digest "$layout" "$ref")
   echo "$ref $layout $digest" > "$IMAGES/stamps/$key"
   cat "$IMAGES/stamps/$key"
 }
@@ -58,7 +71,7 @@ report() {  # report REF SECONDS
 build_pause() {
   local ref=localhost/kubeinfer/pause:3.10 key work ctr began=$SECONDS
   key=pause-$(inputs_hash "$here/build.sh" "$here/pause/pause.c")
-  [[ -f "$IMAGES/stamps/$key" ]] && { cat "$IMAGES/stamps/$key"; return; }
+  cached "$key" && return
   work=$(mktemp -d)
   gcc -Os -static -o "$work/pause" "$here/pause/pause.c"
   ctr=$("${BUILDAH[@]}" from scratch)
@@ -76,7 +89,7 @@ build_coredns() {
   version=$(basename "$(dirname "$bin")" | grep -oE 'coredns-v[0-9.]+' | cut -d- -f2)
   ref="localhost/kubeinfer/coredns:$version"
   key=coredns-$(inputs_hash "$here/build.sh" "$bin")
-  [[ -f "$IMAGES/stamps/$key" ]] && { cat "$IMAGES/stamps/$key"; return; }
+  cached "$key" && return
   ctr=$("${BUILDAH[@]}" from scratch)
   "${BUILDAH[@]}" copy --quiet "$ctr" "$bin" /coredns >/dev/null
   # as the upstream image: a static binary, non-root (port 53 needs NET_BIND_SERVICE from the pod spec)
@@ -96,7 +109,7 @@ build_dockerfile() {
   ref="ghcr.io/kubeinfer/$name:$APP_VERSION"
   base=$(bash "$here/build_base.sh")
   key=$name-$(inputs_hash "$here/build.sh" "$base" "$dockerfile" $(context_files "$@"))
-  [[ -f "$IMAGES/stamps/$key" ]] && { cat "$IMAGES/stamps/$key"; return; }
+  cached "$key" && return
   log "building $ref from ${dockerfile#"$repo"/} on $base"
   "${BUILDAH[@]}" bud --quiet --layers --isolation chroot --network host \
     --build-arg "BASE_IMAGE=$base" --volume "$HOST_CA:/etc/ssl/certs/ca-certificates.crt:ro" \
