@@ -13,18 +13,7 @@ CACHE="${KUBEINFER_CACHE:-$HOME/.cache/kubeinfer}"
 OUT="$CACHE/bin/k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_helm-${HELM_VERSION}_prometheus-${PROMETHEUS_VERSION}"
 COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kube-proxy)
 
-if [[ -f "$OUT/.complete" ]]; then
-  echo "$OUT"
-  exit 0
-fi
-mkdir -p "$OUT"
-# one build at a time (parallel test sessions may all ask for the binaries); a waiter finds it done
-exec 9>"$OUT.lock"
-flock 9
-if [[ -f "$OUT/.complete" ]]; then
-  echo "$OUT"
-  exit 0
-fi
+reuse_or_lock "$OUT"  # prints $OUT and exits when that version is already built
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 total=$(( ${#COMPONENTS[@]} + 3 ))
 step=0

@@ -15,17 +15,7 @@ CACHE="${KUBEINFER_CACHE:-$HOME/.cache/kubeinfer}"
 dp_hash=$(cat "$here"/deviceplugin/go.mod "$here"/deviceplugin/go.sum "$here"/deviceplugin/*.go | sha256sum | cut -c1-12)
 OUT="$CACHE/node-bin/k8s-${K8S_VERSION}_crictl-${CRICTL_VERSION}_coredns-${COREDNS_VERSION}_dp-${dp_hash}"
 
-if [[ -f "$OUT/.complete" ]]; then
-  echo "$OUT"
-  exit 0
-fi
-mkdir -p "$OUT"
-exec 9>"$OUT.lock"
-flock 9
-if [[ -f "$OUT/.complete" ]]; then
-  echo "$OUT"
-  exit 0
-fi
+reuse_or_lock "$OUT"  # prints $OUT and exits when that version is already built
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 total=4
 step=0

@@ -1,5 +1,5 @@
-# Sourced by build_binaries.sh and build_node_binaries.sh: a wrapper Go module that builds commands of
-# k8s.io/kubernetes from the Go module proxy.  k8s.io/kubernetes's go.mod points each staging module at
+# Sourced by build_binaries.sh and build_node_binaries.sh: their version-keyed cache directory, and a
+# wrapper Go module that builds commands of k8s.io/kubernetes from the Go module proxy.  k8s.io/kubernetes's go.mod points each staging module at
 # ./staging, which a module download lacks; the wrapper replaces each with its published v0.x version.
 
 # k8s_wrapper_module VERSION: write go.mod for VERSION into the current directory.
@@ -29,4 +29,21 @@ k8s_ldflags() {
     ldflags+=" -X k8s.io/client-go/pkg/version.$k=$v -X k8s.io/component-base/version.$k=$v"
   done
   echo "$ldflags"
+}
+
+# reuse_or_lock OUT: a finished OUT (its .complete stamp) is printed and the script ends; otherwise the
+# script holds OUT.lock from here on (parallel test sessions may all ask; a waiter then finds it done).
+reuse_or_lock() {
+  local out=$1
+  if [[ -f "$out/.complete" ]]; then
+    echo "$out"
+    exit 0
+  fi
+  mkdir -p "$out"
+  exec 9>"$out.lock"
+  flock 9
+  if [[ -f "$out/.complete" ]]; then
+    echo "$out"
+    exit 0
+  fi
 }
