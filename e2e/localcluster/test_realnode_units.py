@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import tomllib
 from pathlib import Path
 
@@ -100,3 +101,28 @@ def test_node_kind_is_checked() -> None:
     assert load_config({"KUBEINFER_NODE_KIND": "real"}).node_kind == "real"
     with pytest.raises(ValueError, match="KUBEINFER_NODE_KIND"):
         load_config({"KUBEINFER_NODE_KIND": "docker"})
+
+
+def test_cri_log_lines_become_the_container_output() -> None:
+    raw = (
+        "2026-12-01T16:00:00.1Z stdout F hello\n"
+        "2026-12-01T16:00:00.2Z stderr P part one, \n"
+        "2026-12-01T16:00:00.3Z stderr F part two\n"
+        "2026-12-01T16:00:00.4Z stdout F \n"
+    )
+    assert realcluster.cri_log_text(raw) == "hello\npart one, part two\n\n"
+
+
+def test_the_newest_pod_of_a_name_gives_its_latest_restart_log(tmp_path: Path) -> None:
+    logs = tmp_path / "node" / "pod-logs"
+    old, new = logs / "ns_web_uid-old" / "main", logs / "ns_web_uid-new" / "main"
+    for d in (old, new):
+        d.mkdir(parents=True)
+    (old / "0.log").write_text("old")
+    for n in (0, 1, 10):
+        (new / f"{n}.log").write_text(str(n))
+    os.utime(logs / "ns_web_uid-old", (1, 1))
+    state = {"real_nodes": [{"dir": str(tmp_path / "node")}]}
+    assert realcluster.pod_log_file(state, "ns", "web") == new / "10.log"
+    assert realcluster.pod_log_file(state, "ns", "web", "sidecar") is None
+    assert realcluster.pod_log_file(state, "ns", "other") is None
