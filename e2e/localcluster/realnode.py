@@ -18,7 +18,6 @@ Pure renderers (config files, argv) first; the side effects (spawn, stop, clean 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -241,12 +240,10 @@ def prepare(plan: NodePlan, files: dict[str, str]) -> list[str]:
     return made
 
 
-def ctr(plan: NodePlan, *args: str, input_file: Path | None = None) -> subprocess.CompletedProcess[str]:
+def ctr(plan: NodePlan, *args: str) -> subprocess.CompletedProcess[str]:
+    """containerd's own client on the node's socket, in the CRI's namespace."""
     argv = ["ctr", f"--address={plan.host_socket}", "--namespace=k8s.io", *args]
-    if input_file is None:
-        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
-    with input_file.open("rb") as stdin:
-        return subprocess.run(argv, stdin=stdin, capture_output=True, text=True, check=False, timeout=1800)
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=600)
 
 
 def namespace_id(pid: int) -> str | None:
@@ -265,12 +262,12 @@ def processes_in_namespace(ns: str) -> list[int]:
     return pids
 
 
-def remove_sandboxes(crictl: Path, plan: NodePlan) -> None:
+def remove_sandboxes(crictl: Path, socket: Path) -> None:
     """Stop and remove every pod sandbox through the CRI, so the CNI plugin releases each pod's address,
     veth and network namespace as a drained node would."""
-    if plan.host_socket.exists():
+    if socket.exists():
         subprocess.run(
-            [str(crictl), f"--runtime-endpoint=unix://{plan.host_socket}", "--timeout=30s", "rmp", "-fa"],
+            [str(crictl), f"--runtime-endpoint=unix://{socket}", "--timeout=30s", "rmp", "-fa"],
             capture_output=True,
             check=False,
             timeout=120,
@@ -289,17 +286,8 @@ def kill_namespace(ns: str | None) -> None:
 
 def cleanup(node: dict, crictl: Path | None) -> None:
     """Undo one node from its state record; safe on a half-started or already removed node."""
-    plan_dir = Path(node["dir"])
     if crictl is not None and node.get("namespace"):
         with contextlib.suppress(subprocess.TimeoutExpired):
-            remove_sandboxes(crictl, _socket_only(plan_dir))
+            remove_sandboxes(crictl, Path(node["dir"]) / "run" / "containerd.sock")
     kill_namespace(node.get("namespace"))
     cgroups.remove(node["cgroup_root"])
-
-
-def _socket_only(node_dir: Path) -> NodePlan:
-    return NodePlan("", 0, node_dir, node_dir, "", "", 0, 0, "", "", 0)
-
-
-def write_json(path: Path, obj: object) -> None:
-    path.write_text(json.dumps(obj, indent=2))
