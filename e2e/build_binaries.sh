@@ -3,6 +3,7 @@
 # once per machine, cached outside the repo and keyed by version.  Idempotent: a finished
 # version directory (with its .complete stamp) is reused as it is.
 set -euo pipefail
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/k8s_module.sh"
 
 K8S_VERSION="${K8S_VERSION:-v1.34.4}"
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
@@ -55,26 +56,11 @@ progress() {  # a one-line progress display on stderr: [3/6 ####......] building
   printf '[%d/%d %s] %s (%ds elapsed)\n' "$step" "$total" "$bar" "$1" "$SECONDS" >&2
 }
 
-# --- Kubernetes: a wrapper module that pins k8s.io/kubernetes and replaces each staging module
-# (k8s.io/kubernetes's go.mod points them at ./staging, which a module download lacks) with its
-# published v0.x version.
+# --- Kubernetes, from a wrapper module (k8s_module.sh)
 src="$CACHE/src/kubernetes-${K8S_VERSION}"
 mkdir -p "$src"
 cd "$src"
-upstream_mod=$(go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
-staging_ver="v0.${K8S_VERSION#v1.}"
-{
-  echo "module kubeinfer.dev/k8s-build"
-  echo
-  grep -E '^go [0-9]' "$upstream_mod"
-  grep -E '^godebug ' "$upstream_mod" || true
-  echo
-  echo "require k8s.io/kubernetes ${K8S_VERSION}"
-  echo
-  echo "replace ("
-  grep -E '^\s+k8s.io/[a-z0-9-]+ => ./staging/' "$upstream_mod" | awk -v v="$staging_ver" '{print "\t" $1 " => " $1 " " v}'
-  echo ")"
-} > go.mod
+k8s_wrapper_module "$K8S_VERSION"
 cat > tools.go <<GO
 //go:build tools
 
@@ -89,11 +75,7 @@ import (
 GO
 progress "resolving Kubernetes ${K8S_VERSION} module graph"
 go mod tidy -e >/dev/null 2>tidy.log || { cat tidy.log >&2; exit 1; }
-ldflags="-s -w"
-for key in gitVersion:${K8S_VERSION} gitMajor:1 gitMinor:$(echo "$K8S_VERSION" | cut -d. -f2) gitTreeState:clean buildDate:$(date -u +%Y-%m-%dT%H:%M:%SZ); do
-  k=${key%%:*}; v=${key#*:}
-  ldflags+=" -X k8s.io/client-go/pkg/version.$k=$v -X k8s.io/component-base/version.$k=$v"
-done
+ldflags=$(k8s_ldflags "$K8S_VERSION")
 for c in "${COMPONENTS[@]}"; do
   progress "building $c"
   go build -tags selinux,notest -trimpath -ldflags "$ldflags" -o "$OUT/$c" "k8s.io/kubernetes/cmd/$c"

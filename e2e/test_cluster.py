@@ -23,7 +23,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from localcluster import Cluster
-from localcluster.network import sandbox_name
 
 pytestmark = pytest.mark.cluster
 Obj = dict[str, Any]
@@ -69,10 +68,10 @@ def http_get(
         return 0, str(exc)
 
 
-def server_pod_spec(extra: Obj | None = None) -> Obj:
+def server_pod_spec(image: str, extra: Obj | None = None) -> Obj:
     container = {
         "name": "web",
-        "image": "python:3.11-slim",
+        "image": image,
         "command": ["python3", "-c", HTTP_SERVER],
         "ports": [{"name": "http", "containerPort": 8000}],
         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
@@ -157,7 +156,7 @@ def test_deployment_serves_restarts_and_is_garbage_collected(cluster: Cluster, n
         "spec": {
             "replicas": 2,
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": server_pod_spec()},
+            "template": {"metadata": {"labels": labels}, "spec": server_pod_spec(cluster.python_image)},
         },
     }
     service = {
@@ -228,14 +227,9 @@ def test_deployment_serves_restarts_and_is_garbage_collected(cluster: Cluster, n
 
     # a killed container process is restarted in place, restartCount counts it
     target = get_json(cluster, "pod", sorted(replaced)[0], "-n", namespace)
-    pids = subprocess.run(
-        ["ip", "netns", "pids", sandbox_name(target["metadata"]["uid"])],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    pids = cluster.container_pids(namespace, target["metadata"]["name"])
     assert pids
-    subprocess.run(["kill", "-KILL", *pids], check=True)
+    subprocess.run(["kill", "-KILL", *map(str, pids)], check=True)
 
     def restarted() -> Obj | None:
         pod = get_json(cluster, "pod", target["metadata"]["name"], "-n", namespace)
@@ -292,7 +286,7 @@ def test_pod_sees_its_env_volumes_and_the_apiserver(cluster: Cluster, namespace:
             "containers": [
                 {
                     "name": "main",
-                    "image": "python:3.11-slim",
+                    "image": cluster.python_image,
                     "command": ["python3", "-c", script],
                     "env": [
                         {"name": "MY_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -326,10 +320,18 @@ def test_pod_sees_its_env_volumes_and_the_apiserver(cluster: Cluster, namespace:
     assert "hostname probe" in log
     assert "apiserver sees ['probe']" in log
     assert "greeting hello" in cluster.kubectl("logs", "probe", "-n", namespace).stdout  # via the kubelet API
+    # followed from before the deletion: a deleted pod's logs go with it
+    follow = subprocess.Popen(
+        ["kubectl", f"--kubeconfig={cluster.kubeconfig}", "logs", "-f", "probe", "-n", namespace],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1)
     started = time.monotonic()
     cluster.kubectl("delete", "pod", "probe", "-n", namespace, "--timeout=30s")
     assert time.monotonic() - started < 8  # ended by SIGTERM, not by SIGKILL after the 10 s grace
-    assert "got SIGTERM" in cluster.pod_log(namespace, "probe")
+    followed, _ = follow.communicate(timeout=30)
+    assert "got SIGTERM" in followed
 
 
 def test_gpu_requests_beyond_any_node_stay_unschedulable(cluster: Cluster, namespace: str) -> None:
@@ -343,7 +345,7 @@ def test_gpu_requests_beyond_any_node_stay_unschedulable(cluster: Cluster, names
                 "containers": [
                     {
                         "name": "main",
-                        "image": "none",
+                        "image": cluster.python_image,
                         "command": ["sleep", "600"],
                         "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
                     }
@@ -394,7 +396,7 @@ def test_prometheus_scrapes_annotated_pods(cluster: Cluster, namespace: str) -> 
                 "prometheus.io/path": "/metrics",
             },
         },
-        "spec": server_pod_spec(),
+        "spec": server_pod_spec(cluster.python_image),
     }
     cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import components, network, pki, procs, prometheus
+from . import components, network, pki, procs, prometheus, realcluster
 from .config import E2E_DIR, ClusterConfig, load_config
 from .kubelet.launcher import remove_mountpoints
 from .kubelet.logs import log_file
@@ -185,6 +185,7 @@ def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int
 def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     began = time.monotonic()
     bin_dir = binaries()
+    artifacts = realcluster.build_artifacts(_say) if cfg.node_kind == "real" else None
     for entry in cfg.state_dir.iterdir():
         if entry.name != "lock":
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
@@ -197,6 +198,7 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         "kubeconfig": str(cfg.kubeconfig),
         "node_names": [n.name for n in cfg.nodes],
         "kubelet_root": str(kubelet_root),
+        "node_kind": cfg.node_kind,
         "daemons": [],
         "bridge": cfg.bridge,
         "service_cidr": cfg.service_cidr,
@@ -235,9 +237,11 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     for name, kc in kubeconfigs.items():
         pki.write_kubeconfig(kc, server, pki_dir, name, name)
 
-    def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
-        state["daemons"].append(procs.spawn(name, argv, logs / f"{name}.log", env=env).to_json())
+    def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> procs.Daemon:
+        daemon = procs.spawn(name, argv, logs / f"{name}.log", env=env)
+        state["daemons"].append(daemon.to_json())
         write_state(cfg, state)
+        return daemon
 
     def wait(name: str, check: Any, timeout: float) -> None:
         try:
@@ -257,19 +261,22 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         components.controller_manager(bin_dir, pki_dir, ports, kubeconfigs["controller-manager"]),
     )
     start("kube-scheduler", components.scheduler(bin_dir, ports, kubeconfigs["scheduler"]))
-    kubelet_cfg = kubelet_config(cfg, state, pki_dir, kubelet_root, ports.kubelet)
-    (cfg.state_dir / "kubelet.json").write_text(json.dumps(kubelet_cfg, indent=2))
-    start(
-        "kubelet",
-        [sys.executable, "-m", "localcluster.kubelet", str(cfg.state_dir / "kubelet.json")],
-        env={
-            **os.environ,
-            "PYTHONPATH": str(E2E_DIR),
-            "PYTHONUNBUFFERED": "1",
-            # pods inherit this PATH: the project's venv first, so its console scripts run in pods
-            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        },
-    )
+    if artifacts is not None:
+        realcluster.start_nodes(cfg, state, pki_dir, artifacts, start, lambda: write_state(cfg, state), _say)
+    else:
+        kubelet_cfg = kubelet_config(cfg, state, pki_dir, kubelet_root, ports.kubelet)
+        (cfg.state_dir / "kubelet.json").write_text(json.dumps(kubelet_cfg, indent=2))
+        start(
+            "kubelet",
+            [sys.executable, "-m", "localcluster.kubelet", str(cfg.state_dir / "kubelet.json")],
+            env={
+                **os.environ,
+                "PYTHONPATH": str(E2E_DIR),
+                "PYTHONUNBUFFERED": "1",
+                # pods inherit this PATH: the project's venv first, so its console scripts run in pods
+                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            },
+        )
     start(
         "kube-proxy",
         components.kube_proxy(
@@ -287,7 +294,15 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
         30,
     )
     wait("kube-scheduler", lambda: _get(f"https://127.0.0.1:{ports.scheduler}/healthz", insecure) == "ok", 30)
-    wait("kubelet", lambda: _nodes_ready(server, context, {n.name for n in cfg.nodes}), 30)
+    node_names = {n.name for n in cfg.nodes}
+    if cfg.node_kind == "real":
+        for node in state["real_nodes"]:
+            name, gpus = node["name"], node["gpus"]
+            wait(f"kubelet-{name}", lambda n=name, g=gpus: _real_node_ready(server, context, n, g), 120)
+            took = time.time() - node["started_at"]
+            _say(f"{name} Ready with {gpus} GPUs {took:.0f} s after its containerd started")
+    else:
+        wait("kubelet", lambda: _nodes_ready(server, context, node_names), 30)
     wait(
         "kube-controller-manager",
         lambda: bool(_get(f"{server}/api/v1/namespaces/default/serviceaccounts/default", context)),
@@ -300,9 +315,29 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     )
     wait("kube-proxy", lambda: bool(_get(f"http://127.0.0.1:{ports.proxy_healthz}/healthz")), 30)
     wait("prometheus", lambda: "Ready" in _get(f"{state['prometheus_url']}/-/ready"), 30)
+    if cfg.node_kind == "real":
+        handle = Cluster.from_state(cfg, state)
+        realcluster.install_dns(handle.kubectl, state, cfg.service_cidr)
+        procs.wait_until("CoreDNS ready", lambda: _dns_ready(handle), 120)
     state |= {"ready": True, "up_seconds": round(time.monotonic() - began, 1)}
     write_state(cfg, state)
     return state
+
+
+def _say(message: str) -> None:
+    print(f"localcluster: {message}", file=sys.stderr, flush=True)
+
+
+def _dns_ready(handle: Cluster) -> bool:
+    out = handle.kubectl(
+        "get", "deploy", "coredns", "-n", "kube-system", "-o", "jsonpath={.status.readyReplicas}", check=False
+    ).stdout
+    return out.strip() not in ("", "0")
+
+
+def _real_node_ready(server: str, context: ssl.SSLContext, name: str, gpus: int) -> bool:
+    node = json.loads(_get(f"{server}/api/v1/nodes/{name}", context))
+    return _nodes_ready(server, context, {name}) and realcluster.devices_advertised(node, gpus)
 
 
 def _nodes_ready(server: str, context: ssl.SSLContext, names: set[str]) -> bool:
@@ -415,6 +450,7 @@ def _down(cfg: ClusterConfig, keep_watchdog: bool = False) -> None:
     """Stop every recorded daemon (the kubelet first, so it ends its pods), then whatever pod processes
     are left, kube-proxy's rules, the network and the mountpoints."""
     state = read_state(cfg) or {}
+    realcluster.stop_nodes(state)  # first: its pods, kubelets and containerds, while the network is there
     running = daemons(state)
     order = [n for n in STOP_ORDER if n in running and not (keep_watchdog and n == "watchdog")]
     for name in order:
@@ -540,10 +576,42 @@ class Cluster:
             if response.status != 200:
                 raise RuntimeError(f"Prometheus reload answered {response.status}")
 
+    @property
+    def real_nodes(self) -> bool:
+        """Whether pods run on real kubelets (images, cgroups, securityContext) or the process kubelet."""
+        return self._state.get("node_kind") == "real"
+
+    @property
+    def images(self) -> dict[str, str]:
+        """On real nodes: image name -> the reference every node holds (pause, coredns, operator,
+        runtime), as images/build.sh built them."""
+        return dict(self._state.get("images", {}))
+
+    @property
+    def python_image(self) -> str:
+        """An image with Python 3.11 and the kubernetes client for test pods: on real nodes the operator
+        image (built from operator/Dockerfile); the process kubelet ignores images."""
+        return self._state["images"]["operator"] if self.real_nodes else "python:3.11-slim"
+
     def pod_log(self, namespace: str, pod: str, container: str | None = None) -> str:
         """The current log of a container (the pod's only or first one by default); "" when none."""
+        if self.real_nodes:
+            found = realcluster.pod_log_file(self._state, namespace, pod, container)
+            return realcluster.cri_log_text(found.read_text(errors="replace")) if found else ""
         found = log_file(Path(self._state["kubelet_root"]), namespace, pod, container)
         return found.read_text(errors="replace") if found else ""
+
+    def container_pids(self, namespace: str, pod: str) -> list[int]:
+        """Host pids of the pod's container processes (to kill one as the kernel's OOM killer would)."""
+        if self.real_nodes:
+            return realcluster.container_pids(self._state, namespace, pod)
+        uid = json.loads(self.kubectl("get", "pod", pod, "-n", namespace, "-o", "json").stdout)["metadata"][
+            "uid"
+        ]
+        out = subprocess.run(
+            ["ip", "netns", "pids", network.sandbox_name(uid)], capture_output=True, text=True, check=True
+        )
+        return [int(p) for p in out.stdout.split()]
 
 
 def handle(cfg: ClusterConfig | None = None) -> Cluster:

@@ -11,6 +11,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 E2E_DIR = REPO_ROOT / "e2e"
 NODE_NAME_PREFIX = "kubeinfer-node-"
+NODE_KINDS = ("process", "real")
 DEFAULT_NODE_CAPACITY = {
     "cpu": "16",
     "memory": "64Gi",
@@ -35,6 +36,9 @@ class ClusterConfig:
     cluster_cidr: str
     service_cidr: str
     nodes: tuple[NodeSpec, ...] = field(default_factory=tuple)
+    # "process": the Python process kubelet (localcluster.kubelet); "real": a kubelet, containerd, runc
+    # and CNI per node (localcluster.realnode), running the images built from the repo's Dockerfiles.
+    node_kind: str = "process"
 
     @property
     def kubernetes_service_ip(self) -> str:
@@ -72,8 +76,12 @@ def load_config(env: dict[str, str] | None = None) -> ClusterConfig:
         NodeSpec(name=f"{NODE_NAME_PREFIX}{i}", capacity=capacity, pod_cidr=f"{prefix}.{i}.0/24")
         for i in range(1, count + 1)
     )
+    node_kind = env.get("KUBEINFER_NODE_KIND", "process")
+    if node_kind not in NODE_KINDS:
+        raise ValueError(f"KUBEINFER_NODE_KIND must be one of {', '.join(NODE_KINDS)}, got {node_kind!r}")
     return ClusterConfig(
         state_dir=state_dir,
+        node_kind=node_kind,
         bridge=env.get("KUBEINFER_BRIDGE", "kubeinfer0"),
         bridge_ip=f"{prefix}.0.1",
         cluster_cidr=f"{prefix}.0.0/16",
