@@ -13,8 +13,9 @@ TIMEOUT_S = 2.0
 
 
 def probe_url(url: str, probes: int = PROBES, timeout_s: float = TIMEOUT_S) -> ProbeResult:
-    """GET url/ready `probes` times, each on a new connection; which component answered each (None for a
-    failure or a non-200 answer)."""
+    """GET url/ready up to `probes` times, each on a new connection; which component answered each (None
+    for a failure or a non-200 answer). The first failure ends it: one unanswered probe already says
+    "not yet", and a blackholed URL then holds the reconcile for one timeout, not `probes` of them."""
     components: list[str | None] = []
     error: str | None = None
     for _ in range(probes):
@@ -25,10 +26,10 @@ def probe_url(url: str, probes: int = PROBES, timeout_s: float = TIMEOUT_S) -> P
         except httpx.HTTPError as exc:
             components.append(None)
             error = f"{type(exc).__name__}: {exc}"
-            continue
-        if response.status_code == 200:
-            components.append(response.headers.get(COMPONENT_HEADER))
-        else:
+            break
+        if response.status_code != 200:
             components.append(None)
             error = f"HTTP {response.status_code} from /ready"
+            break
+        components.append(response.headers.get(COMPONENT_HEADER))
     return ProbeResult(tuple(components), error)
