@@ -364,7 +364,7 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     previous = tuple(s for s in stale if routing_of(s[0], s[1], meta["name"]) not in (None, routing))
     held = () if prunable else previous
     requeue = planned.requeue_after
-    if held or (foreign and not prunable) or (serving.path.ready_pods and not serving.answers):
+    if (foreign and not prunable) or (serving.path.ready_pods and not serving.answers):
         requeue = min(requeue or SWITCH_POLL_S, SWITCH_POLL_S)  # kube-proxy's sync is no event we see
     prune = tuple(s for s in stale if s not in held)
     return replace(planned, prune=prune, held=held, requeue_after=requeue)

@@ -153,24 +153,22 @@ def analyse(
         return value if stable_judged else None
 
     checks: list[tuple[str, float | None, float | None, float]] = []
-    if slo.error_rate is not None:
-        checks.append((ERROR_RATE, canary.error_rate, stable_value(stable.error_rate), slo.error_rate))
-    for objective in slo.latency:
-        canary_value, stable_latency = canary.latency.get(objective.key), stable.latency.get(objective.key)
-        checks.append((objective.key, canary_value, stable_value(stable_latency), objective.target_s))
-    comparable = canary.requests_per_replica <= LOAD_PARITY * stable.requests_per_replica
-    verdicts = [v for v in (_judge(*check, comparable) for check in checks) if v is not None]
-    if slo.error_rate is not None and canary.errors is None:  # instead of "no samples"
-        verdicts = [
+    unjudged: list[Verdict] = []
+    if slo.error_rate is not None and canary.errors is None:  # not "no samples": nothing counts them
+        unjudged.append(
             Verdict(
                 Outcome.INCONCLUSIVE,
                 "the engine counts no failed requests: error_rate is unjudged",
                 ERROR_RATE,
             )
-            if v.metric == ERROR_RATE
-            else v
-            for v in verdicts
-        ]
+        )
+    elif slo.error_rate is not None:
+        checks.append((ERROR_RATE, canary.error_rate, stable_value(stable.error_rate), slo.error_rate))
+    for objective in slo.latency:
+        canary_value, stable_latency = canary.latency.get(objective.key), stable.latency.get(objective.key)
+        checks.append((objective.key, canary_value, stable_value(stable_latency), objective.target_s))
+    comparable = canary.requests_per_replica <= LOAD_PARITY * stable.requests_per_replica
+    verdicts = unjudged + [v for v in (_judge(*check, comparable) for check in checks) if v is not None]
     failed = [v for v in verdicts if v.outcome is Outcome.FAIL]
     if failed:
         first = failed[0]
