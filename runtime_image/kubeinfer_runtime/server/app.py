@@ -39,10 +39,12 @@ class RuntimeState:
         return self.engine.state == EngineState.READY and not self.draining
 
     def check_accepting(self, model: str) -> None:
-        """Raise the error a new generation request gets now, if any."""
-        if self.draining:
-            self.engine.metrics.count_request("rejected")
-            raise errors.unavailable("The server is shutting down.")
+        """Raise the error a new generation request gets now, if any.
+
+        A request that reaches a draining server is served: it came on a connection the client opened
+        before the drain (kube-proxy pins a kept-alive connection to its pod) or before the proxies
+        dropped this pod. Its response closes the connection (RequestEnvelope), so the next request
+        goes to a pod that is not stopping."""
         if self.engine.state != EngineState.READY:
             self.engine.metrics.count_request("rejected")
             raise errors.unavailable(f"The model is not ready (engine {self.engine.state}).")
@@ -77,7 +79,10 @@ class RequestEnvelope:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+                if self.runtime.draining:  # the client's next request opens a connection elsewhere
+                    headers.append((b"connection", b"close"))
+                message["headers"] = headers
             await send(message)
 
         if not scope["path"].startswith("/v1/"):

@@ -40,8 +40,18 @@ def _load_engine(config: ServerConfig):  # -> LLMEngine; imported here so `--hel
     return LLMEngine.from_model_dir(config.model, **config.engine_overrides())
 
 
+def _close_idle_connections(server: uvicorn.Server) -> None:
+    """Close the kept-alive connections that are idle now; one with a request in flight closes once its
+    response is sent. A client's connection through kube-proxy stays on this pod for as long as it is
+    open, whatever the endpoints say: closed, the client reconnects to a pod that is not stopping."""
+    for connection in list(server.server_state.connections):
+        connection.shutdown()
+
+
 async def _drain(runtime: RuntimeState, server: uvicorn.Server) -> None:
-    """Refuse new work, let what is in flight finish within the grace period, then stop the server."""
+    """Let what is in flight finish within the grace period, then stop the server. /ready says 503 from
+    the signal on; requests that still arrive are served, each closing its connection."""
+    _close_idle_connections(server)
     deadline = time.monotonic() + runtime.config.drain_timeout
     log.info("draining", extra={"fields": {"in_flight": runtime.http_in_flight}})
     while runtime.http_in_flight and time.monotonic() < deadline:
@@ -70,6 +80,7 @@ async def serve(config: ServerConfig) -> int:
             log_config=None,
             access_log=False,  # one structured line per request comes from the app instead
             lifespan="off",
+            # After _drain: what it aborted at its deadline gets a few seconds to send the end.
             timeout_graceful_shutdown=5,
         )
     )
