@@ -153,12 +153,33 @@ def make_pki(cfg: ClusterConfig, pki_dir: Path) -> None:
         pool.submit(pki.make_service_account_key, pki_dir).result()
 
 
-def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int | None = None) -> Obj:
-    """Start the cluster unless it is already up; returns its state."""
+REUSE_ENV = "KUBEINFER_TEST_REUSE_CLUSTER"
+
+
+def may_reuse(running_started_by: str, started_by: str, reuse_cli: bool) -> bool:
+    """Whether a caller joins the cluster that is up. A test session joins another session's cluster, but
+    not one `make cluster` or `make demo` started (unless asked to): the demo's operator would reconcile
+    the tests' objects, and the tests would change what the user is looking at."""
+    return started_by == "cli" or running_started_by != "cli" or reuse_cli
+
+
+def up(
+    cfg: ClusterConfig | None = None,
+    started_by: str = "cli",
+    owner_pid: int | None = None,
+    reuse_cli: bool = True,
+) -> Obj:
+    """Start the cluster unless it is already up (and may be joined); returns its state."""
     cfg = cfg or load_config()
     with locked(cfg):
         state = read_state(cfg)
-        if state and state.get("ready") and _running(state):
+        running = bool(state and state.get("ready") and _running(state))
+        if state and running and not may_reuse(state["started_by"], started_by, reuse_cli):
+            _say(
+                "stopping the cluster `make cluster` / `make demo` left running: a test session gets a "
+                f"cluster of its own ({REUSE_ENV}=1 joins it instead)"
+            )
+        elif state and running:
             # a loaded machine can keep /readyz waiting: a cluster whose processes all live is not torn down
             procs.wait_until("the running cluster's apiserver", lambda: apiserver_ready(state), 120)
             if started_by == "cli" and state["started_by"] != "cli":
