@@ -336,8 +336,12 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     )
     wait("kube-proxy", lambda: bool(_get(f"http://127.0.0.1:{ports.proxy_healthz}/healthz")), 30)
     wait("prometheus", lambda: "Ready" in _get(f"{state['prometheus_url']}/-/ready"), 30)
+    handle = Cluster.from_state(cfg, state)
+    in_cluster = prometheus.service_manifests(cfg.bridge_ip, ports.prometheus)
+    handle.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": in_cluster})
+    )
     if cfg.node_kind == "real":
-        handle = Cluster.from_state(cfg, state)
         realcluster.install_dns(handle.kubectl, state, cfg.service_cidr)
         procs.wait_until("CoreDNS ready", lambda: _dns_ready(handle), 120)
     state |= {"ready": True, "up_seconds": round(time.monotonic() - began, 1)}

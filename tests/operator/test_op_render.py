@@ -40,7 +40,7 @@ def test_tiny_example_runs_the_builtin_runtime_on_cpu_with_the_spec_limits() -> 
     assert _flag(args, "--device") == "cpu"
     assert container["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
     model = next(v for v in pod["spec"]["volumes"] if v["name"] == "model")
-    assert model["hostPath"]["path"] == "/var/lib/kubeinfer/models/tiny"
+    assert model["persistentVolumeClaim"] == {"claimName": "tiny-model", "readOnly": True}
     assert {"name": "model", "mountPath": "/mnt/model", "readOnly": True} in container["volumeMounts"]
 
 
