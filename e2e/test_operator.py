@@ -255,7 +255,7 @@ def cluster_ip_url(cluster: Any, name: str) -> str:
 
 
 def test_a_model_revision_change_alone_rolls_out_a_new_revision(operator: Any, tiny: dict[str, Any]) -> None:
-    # hostPath weights: nothing of the pod but the revision annotation says which version they are.
+    # Weights on a volume: nothing of the pod but the revision annotation says which version they are.
     first = get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"]["stableRevision"]
     patch = '{"spec":{"model":{"revision":"v2"}}}'
     operator.kubectl("patch", "infsvc", "tiny", "-n", NAMESPACE, "--type=merge", "-p", patch)

@@ -6,13 +6,16 @@ state dir; `down` works from that file alone, and also from a half-written one."
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -189,7 +192,8 @@ def up(
             return state
         _down(cfg)
         try:
-            state = _start(cfg, started_by)
+            with _terminated_as_exit():
+                state = _start(cfg, started_by)
         except BaseException:
             _down(cfg)
             raise
@@ -201,6 +205,25 @@ def up(
             state["daemons"].append(procs.spawn("watchdog", argv, log, env=env).to_json())
             write_state(cfg, state)
         return state
+
+
+@contextlib.contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """SIGTERM/SIGHUP while a cluster starts raise SystemExit, so the half-started cluster is taken down
+    (no watchdog exists yet, and a process killed by the default action would leave it running)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, exit_now) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _start(cfg: ClusterConfig, started_by: str) -> Obj:
