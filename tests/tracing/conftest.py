@@ -46,7 +46,8 @@ def runtime(work_dir: Path, jaeger: Jaeger) -> Iterator[LiveServer]:
         "OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_url,
         "KUBEINFER_SERVING_REVISION": REVISION,
     }
-    server = start_server(model, work_dir, env=env)
+    # The fused CPU kernels are beside the point here, and compiling them can take a minute.
+    server = start_server(model, work_dir, "--no-cpu-kernels", env=env)
     try:
         server.wait_ready()
         yield server

@@ -22,8 +22,10 @@ service:
     traces:
       receivers: [otlp]
       exporters: [jaeger_storage_exporter]
-  telemetry:
+  telemetry:  # Jaeger's own: none (no fixed ports, no exporting to a default endpoint)
     metrics:
+      level: none
+    traces:
       level: none
 extensions:
   jaeger_storage:
@@ -32,6 +34,7 @@ extensions:
         memory:
           max_traces: 10000
   jaeger_query:
+    enable_tracing: false  # its own spans would go to a default localhost:4317
     storage:
       traces: memstore
     http:

@@ -24,6 +24,6 @@ def start_tracer(
     resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME") or service_name, **attributes})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=target.traces_url)))
-    # Global too, so that a library's own instrumentation joins the same traces.
-    trace.set_tracer_provider(provider)
+    # Not made the global provider: FastAPI (0.16x) starts its own server and operation spans whenever the
+    # global one is set, which would double the runtime's server span and bury its phases.
     return provider.get_tracer(INSTRUMENTATION_NAME), provider.shutdown
