@@ -113,9 +113,11 @@ def start_server(
 
 
 @contextlib.contextmanager
-def running_server(model_dir: Path, log_dir: Path, *args: str) -> Iterator[LiveServer]:
+def running_server(
+    model_dir: Path, log_dir: Path, *args: str, env: Mapping[str, str] | None = None
+) -> Iterator[LiveServer]:
     """A ready server for the block's duration (a module fixture's body), killed afterwards."""
-    live = start_server(model_dir, log_dir, *args)
+    live = start_server(model_dir, log_dir, *args, env=env)
     try:
         live.wait_ready()
         yield live

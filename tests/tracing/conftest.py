@@ -18,11 +18,17 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
 from jaeger_process import Jaeger, start_jaeger
-from runtime_server_process import LiveServer, free_port, start_server
+from runtime_server_process import LiveServer, free_port, running_server
 
 REVISION = "5f0c1d2e3a"
 # Spans leave in batches; a short delay keeps the tests from waiting on the default 5 s.
 EXPORT_ENV = {"OTEL_BSP_SCHEDULE_DELAY": "100"}
+
+
+@pytest.fixture(scope="module")
+def revision() -> str:
+    """The revision the runtime is told it serves, as the operator tells it from the pod's label."""
+    return REVISION
 
 
 @pytest.fixture(scope="module")
@@ -47,12 +53,8 @@ def runtime(work_dir: Path, jaeger: Jaeger) -> Iterator[LiveServer]:
         "KUBEINFER_SERVING_REVISION": REVISION,
     }
     # The fused CPU kernels are beside the point here, and compiling them can take a minute.
-    server = start_server(model, work_dir, "--no-cpu-kernels", env=env)
-    try:
-        server.wait_ready()
+    with running_server(model, work_dir, "--no-cpu-kernels", env=env) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture(scope="module")

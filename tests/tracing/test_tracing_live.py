@@ -17,8 +17,6 @@ import pytest
 from jaeger_process import Jaeger
 from runtime_server_process import SERVED_MODEL
 
-from conftest import REVISION
-
 pytestmark = pytest.mark.slow
 
 Span = dict[str, Any]
@@ -48,7 +46,9 @@ def end(span: Span) -> int:
     return span["startTime"] + span["duration"]  # microseconds
 
 
-def test_client_traceparent_router_attempts_and_runtime_phases(jaeger: Jaeger, router: str) -> None:
+def test_client_traceparent_router_attempts_and_runtime_phases(
+    jaeger: Jaeger, router: str, revision: str
+) -> None:
     trace_id, client_span_id = secrets.token_hex(16), secrets.token_hex(8)
     body = {
         "model": SERVED_MODEL,
@@ -94,7 +94,7 @@ def test_client_traceparent_router_attempts_and_runtime_phases(jaeger: Jaeger, r
     assert parent_id(runtime_span) == attempts[1]["spanID"]
     attributes = tags(runtime_span)
     assert attributes["gen_ai.request.model"] == SERVED_MODEL
-    assert attributes["kubeinfer.revision"] == REVISION
+    assert attributes["kubeinfer.revision"] == revision
     assert attributes["gen_ai.operation.name"] == "chat"
     assert attributes["http.response.status_code"] == 200
     assert attributes["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
@@ -102,7 +102,7 @@ def test_client_traceparent_router_attempts_and_runtime_phases(jaeger: Jaeger, r
     # Jaeger shows an array attribute as its JSON text.
     assert json.loads(attributes["gen_ai.response.finish_reasons"]) == ["length"]
     process_tags = {t["key"]: t["value"] for t in trace["processes"][runtime_span["processID"]]["tags"]}
-    assert process_tags["kubeinfer.revision"] == REVISION
+    assert process_tags["kubeinfer.revision"] == revision
 
     # Its phases, in order, inside it: queue until scheduled, prefill until the first token, then decode.
     queue, prefill, decode = (one(by_service["kubeinfer-runtime"], n) for n in ("queue", "prefill", "decode"))
@@ -111,7 +111,7 @@ def test_client_traceparent_router_attempts_and_runtime_phases(jaeger: Jaeger, r
     assert end(prefill) <= decode["startTime"] + 1 and end(decode) <= end(runtime_span) + 1
     assert tags(prefill)["gen_ai.usage.input_tokens"] == usage["prompt_tokens"]
     assert tags(decode)["gen_ai.usage.output_tokens"] == 6
-    assert all(tags(p)["kubeinfer.revision"] == REVISION for p in (queue, prefill, decode))
+    assert all(tags(p)["kubeinfer.revision"] == revision for p in (queue, prefill, decode))
     # The runtime's span lies within the attempt's, which lies within the router's.
     assert attempts[1]["startTime"] <= runtime_span["startTime"] and end(runtime_span) <= end(attempts[1]) + 1
     assert end(attempts[1]) <= end(router_span) + 1
