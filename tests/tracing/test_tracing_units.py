@@ -3,6 +3,7 @@ and that with tracing off neither the runtime nor the router sets up any of the 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -119,3 +120,21 @@ def test_tracing_off_sets_up_no_provider_exporter_or_wrapper(tmp_path) -> None:
     assert provider == "ProxyTracerProvider", "the API's default: no SDK TracerProvider was set"
     assert sdk_modules == "[]", "the OpenTelemetry SDK and exporter were never imported"
     assert threads == "['MainThread']", "no batch span processor thread"
+
+
+def test_router_refuses_a_grpc_collector_at_start_naming_the_variable(tmp_path) -> None:
+    config = tmp_path / "router.json"
+    config.write_text('{"tracks": {"stable": {"weight": 1, "endpoints": ["http://127.0.0.1:9"]}}}')
+    result = subprocess.run(
+        [sys.executable, "-m", "kubeinfer_runtime.cli", "route", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+        },
+    )
+    assert result.returncode == 2
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL='grpc'" in result.stderr and "http/protobuf" in result.stderr
