@@ -41,6 +41,7 @@ from kubeinfer_runtime.router.configmap_source import ConfigMapSource
 from kubeinfer_runtime.router.load_probe import LoadProbe
 from kubeinfer_runtime.router.metrics import RouterMetrics
 from kubeinfer_runtime.router.retry_budget import RetryBudget
+from kubeinfer_runtime.tracing.router_spans import AttemptSpan, NoRouterTracing, RouterTracing
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Upstream:
     first_chunk: bytes
     rest: AsyncIterator[bytes]
     started: float  # when this attempt was sent: its latency is the replica's, not the earlier attempts'
+    span: AttemptSpan  # ended once the response is relayed
 
     @property
     def streamed(self) -> bool:
@@ -100,12 +102,14 @@ class Router:
         probe: LoadProbe,
         max_attempts: int,
         budget: RetryBudget | None = None,
+        tracing: RouterTracing | None = None,
     ) -> None:
         self.config = config
         self.client = client
         self.probe = probe
         self.max_attempts = max_attempts
         self.budget = budget or RetryBudget()
+        self.tracing = tracing or NoRouterTracing()
         self.metrics = RouterMetrics()
         self.chooser = TrackChooser()
         self.in_flight: collections.Counter[str] = collections.Counter()
@@ -194,12 +198,18 @@ class Router:
             tried.add(endpoint)
             self.in_flight[endpoint] += 1
             started = time.perf_counter()
+            span = self.tracing.attempt(
+                track, endpoint, len(tried), self.probe.loads.get(endpoint), self.in_flight[endpoint]
+            )
             response: httpx.Response | None = None
             committed = False
             try:
-                request = self.client.build_request(method, endpoint + path, headers=headers, content=body)
+                request = self.client.build_request(
+                    method, endpoint + path, headers=span.headers(headers), content=body
+                )
                 response = await self.client.send(request, stream=True)
                 status = response.status_code
+                span.answered(status)
                 if is_retryable(status) and self._may_retry(order, tried, rotation, track, str(status)):
                     self.metrics.attempts.labels(track=track, code=str(status)).inc()
                     failures.append(f"{endpoint}: HTTP {status}")
@@ -207,14 +217,16 @@ class Router:
                 rest = response.aiter_raw()
                 first_chunk = await anext(rest, b"")
                 committed = True
-                return Upstream(track, endpoint, response, first_chunk, rest, started), failures
+                return Upstream(track, endpoint, response, first_chunk, rest, started, span), failures
             except httpx.TransportError as exc:
+                span.failed(exc)
                 self.metrics.attempts.labels(track=track, code=TRANSPORT).inc()
                 failures.append(f"{endpoint}: {exc!r}")
                 if not self._may_retry(order, tried, rotation, track, TRANSPORT):
                     break
             finally:
                 if not committed:
+                    span.end()
                     if response is not None:
                         await response.aclose()
                     self._release(endpoint)
@@ -253,6 +265,7 @@ class Router:
         finally:
             await response.aclose()
             self._release(upstream.endpoint)
+            upstream.span.end(attempt)
             self.metrics.attempts.labels(track=upstream.track, code=attempt).inc()
             if upstream.streamed:
                 self._record(upstream.track, code, upstream.started, ttft, gaps)
@@ -302,6 +315,7 @@ def create_app(
     max_attempts: int = 2,
     connect_timeout_s: float = 2.0,
     retry_budget: RetryBudget | None = None,
+    tracing: RouterTracing | None = None,
 ) -> Starlette:
     """The router app; raises ConfigError when the configuration file is missing or malformed."""
     config = ConfigFile(config_source) if isinstance(config_source, Path) else config_source
@@ -313,7 +327,7 @@ def create_app(
         trust_env=False,  # an HTTP(S)_PROXY meant for egress must not catch pod-to-pod traffic
     )
     probe = LoadProbe(client, probe_interval_s)
-    router = Router(config, client, probe, max_attempts, retry_budget)
+    router = Router(config, client, probe, max_attempts, retry_budget, tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -331,6 +345,7 @@ def create_app(
         Route("/health", router.health),
         Route("/ready", router.ready),
         Route("/metrics", router.metrics_page),
-        Route("/v1/{path:path}", router, methods=["GET", "POST"]),  # an ASGI endpoint: it streams
+        # An ASGI endpoint: it streams. Unwrapped when tracing is off.
+        Route("/v1/{path:path}", router.tracing.wrap(router), methods=["GET", "POST"]),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

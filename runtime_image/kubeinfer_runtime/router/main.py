@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from kubeinfer_runtime.router.app import create_app
 from kubeinfer_runtime.router.config import ConfigError
 from kubeinfer_runtime.router.configmap_source import ConfigMapSource, parse_reference
 from kubeinfer_runtime.router.retry_budget import RetryBudget
+from kubeinfer_runtime.tracing.config import TracingConfigError
+from kubeinfer_runtime.tracing.router_spans import start_router_tracing
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -50,6 +53,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--retry-budget-window", type=float, default=10.0, help="seconds")
     parser.add_argument("--connect-timeout", type=float, default=2.0, help="seconds to connect to a replica")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="export traces to this OTLP/HTTP collector, e.g. http://jaeger:4318 (default: "
+        "OTEL_EXPORTER_OTLP_ENDPOINT; unset: no tracing)",
+    )
     args = parser.parse_args(argv)
     if args.max_attempts < 1:
         parser.error("--max-attempts: must be at least 1")
@@ -66,6 +75,7 @@ def main(argv: list[str]) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        tracing, stop_tracing = start_router_tracing(args.otlp_endpoint, os.environ)
         source = args.config or ConfigMapSource(*parse_reference(args.configmap))
         app = create_app(
             source,
@@ -76,10 +86,12 @@ def main(argv: list[str]) -> int:
             retry_budget=RetryBudget(
                 args.retry_budget_ratio, args.retry_budget_floor, args.retry_budget_window
             ),
+            tracing=tracing,
         )
-    except ConfigError as exc:
+    except (ConfigError, TracingConfigError) as exc:
         print(f"kubeinfer-runtime route: {exc}", file=sys.stderr)
         return 2
     # On SIGTERM uvicorn stops accepting and lets in-flight streams finish (the pod's grace period bounds it).
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    stop_tracing()  # flushes the spans still batched
     return 0
