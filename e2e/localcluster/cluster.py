@@ -76,6 +76,53 @@ def locked(cfg: ClusterConfig) -> Iterator[None]:
         yield
 
 
+# One local cluster per machine: the bridge, its addresses and kube-proxy's iptables chains are the
+# machine's, so a second `up` (another checkout, another state dir) would tear down the first one's
+# network. The bridge's owner is claimed here; an `up` elsewhere is refused while the owner runs.
+CLAIMS = Path("/run/kubeinfer")
+
+
+class ClusterBusy(RuntimeError):
+    pass
+
+
+def _claim(cfg: ClusterConfig) -> Path:
+    return CLAIMS / f"{cfg.bridge}.owner"
+
+
+def other_owner(cfg: ClusterConfig) -> Path | None:
+    """The state dir of another cluster that runs on this machine's bridge, if any."""
+    try:
+        owner = Path(_claim(cfg).read_text().strip())
+    except OSError:
+        return None
+    if owner == cfg.state_dir.resolve():
+        return None
+    try:
+        state = json.loads((owner / "state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if _running(state) else None
+
+
+def claim_bridge(cfg: ClusterConfig) -> None:
+    CLAIMS.mkdir(parents=True, exist_ok=True)
+    with open(CLAIMS / f"{cfg.bridge}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if owner := other_owner(cfg):
+            raise ClusterBusy(
+                f"another local cluster runs on this machine (bridge {cfg.bridge}, state dir {owner}); "
+                f"stop it first: KUBEINFER_CLUSTER_DIR={owner} python -m localcluster down"
+            )
+        _claim(cfg).write_text(f"{cfg.state_dir.resolve()}\n")
+
+
+def release_bridge(cfg: ClusterConfig) -> None:
+    with contextlib.suppress(OSError):
+        if Path(_claim(cfg).read_text().strip()) == cfg.state_dir.resolve():
+            _claim(cfg).unlink()
+
+
 # --- health checks -------------------------------------------------------------------------------
 
 
@@ -190,6 +237,7 @@ def up(
                 write_state(cfg, state)
             _add_user(cfg, owner_pid)
             return state
+        claim_bridge(cfg)  # before _down: it tears down the machine's bridge, whoever set it up
         _down(cfg)
         try:
             with _terminated_as_exit():
@@ -509,19 +557,23 @@ def _down(cfg: ClusterConfig, keep_watchdog: bool = False) -> None:
         leftovers = [procs.Daemon("pod", int(f.name), int(f.read_text() or 0)) for f in procs_dir.iterdir()]
         procs.stop(leftovers, grace=0)
         shutil.rmtree(procs_dir)
+    # The iptables chains and the bridge are the machine's: never torn down under another running cluster.
+    machine_network_is_ours = other_owner(cfg) is None
     proxy = Path(state.get("bin_dir", "/nonexistent")) / "kube-proxy"
-    if proxy.exists():
+    if proxy.exists() and machine_network_is_ours:
         subprocess.run(components.kube_proxy_cleanup(proxy.parent), capture_output=True, check=False)
         network.remove_chain("KUBE-FIREWALL")
     # always: a cluster whose processes were killed without `down` (a session's end) leaves its network
-    network.teardown_host(
-        state.get("bridge", cfg.bridge),
-        state.get("service_cidr", cfg.service_cidr),
-        state.get("sysctls", {}),
-    )
+    if machine_network_is_ours:
+        network.teardown_host(
+            state.get("bridge", cfg.bridge),
+            state.get("service_cidr", cfg.service_cidr),
+            state.get("sysctls", {}),
+        )
     remove_mountpoints(kubelet_root / "mountpoints")
     state_file(cfg).unlink(missing_ok=True)
     shutil.rmtree(cfg.state_dir / "users", ignore_errors=True)
+    release_bridge(cfg)
 
 
 # --- the handle tests use ----------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -10,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from localcluster.cluster import _terminated_as_exit, may_reuse
+from localcluster import cluster as cluster_module
+from localcluster.cluster import ClusterBusy, _terminated_as_exit, claim_bridge, may_reuse, release_bridge
 from localcluster.config import load_config
 from localcluster.kubelet.container import backoff_delay
 from localcluster.kubelet.launcher import Mount, hosts_file, launch_argv, service_names
 from localcluster.kubelet.podenv import PodFacts, container_env, expand, resource_field_ref
 from localcluster.kubelet.status import ContainerView, Termination, conditions, phase
 from localcluster.network import IpAllocator
+from localcluster.procs import Daemon, start_ticks
 from localcluster.prometheus import scrape_config
 
 
@@ -148,3 +152,24 @@ def test_sigterm_while_a_cluster_starts_raises_so_it_is_taken_down() -> None:
         time.sleep(5)  # the handler raises at the next bytecode: never reached
     assert exited.value.code == 128 + signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_second_cluster_on_the_machines_bridge_is_refused_while_the_first_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_module, "CLAIMS", tmp_path / "claims")
+    first = dataclasses.replace(load_config(), state_dir=tmp_path / "first")
+    second = dataclasses.replace(load_config(), state_dir=tmp_path / "second")
+    first.state_dir.mkdir()
+    alive = Daemon("kube-apiserver", os.getpid(), start_ticks(os.getpid()))  # this process stands in
+    (first.state_dir / "state.json").write_text(json.dumps({"daemons": [alive.to_json()]}))
+    claim_bridge(first)
+    with pytest.raises(ClusterBusy, match=str(first.state_dir)):
+        claim_bridge(second)
+    claim_bridge(first)  # its own claim again: fine
+    (first.state_dir / "state.json").write_text(
+        json.dumps({"daemons": [{**alive.to_json(), "start_ticks": 1}]})
+    )
+    claim_bridge(second)  # the first's processes are gone: its stale claim does not hold the machine
+    release_bridge(first)  # not the owner any more: leaves the second's claim alone
+    assert (tmp_path / "claims" / f"{second.bridge}.owner").read_text().strip() == str(second.state_dir)
