@@ -327,6 +327,24 @@ def test_a_crashing_runtime_is_explained(operator: Any) -> None:
     operator.kubectl("delete", "infsvc", "broken", "-n", NAMESPACE)
 
 
+def test_the_runtime_pod_runs_as_its_uid_on_a_read_only_root_with_the_prebuilt_kernels(
+    operator: Any, tiny: dict[str, Any]
+) -> None:
+    if not operator.real_nodes:
+        pytest.skip("needs real nodes (KUBEINFER_NODE_KIND=real): the process kubelet runs no image, no exec")
+    pod = next(p for p in owned(operator, "pod", "tiny") if not p["metadata"].get("deletionTimestamp"))
+    name = pod["metadata"]["name"]
+
+    def in_pod(*argv: str) -> Any:
+        return operator.kubectl("exec", name, "-n", NAMESPACE, "-c", "runtime", "--", *argv, check=False)
+
+    assert in_pod("id", "-u").stdout.strip() == "10001"
+    wrote = in_pod("touch", "/usr/local/lib/x")
+    assert wrote.returncode != 0 and "Read-only file system" in wrote.stderr
+    log = operator.kubectl("logs", name, "-n", NAMESPACE, "-c", "runtime").stdout
+    assert "CPU kernels on (avx2, /opt/kubeinfer/kernels/kubeinfer_cpu_ops.so)" in log, log[-2000:]
+
+
 def test_a_runtime_over_its_memory_limit_is_oom_killed_and_explained(operator: Any) -> None:
     if not operator.real_nodes:
         pytest.skip(
