@@ -238,10 +238,12 @@ class LLMEngine:
         config = self.config
         for seq in self.scheduler.running:
             room = draft_room(seq, config.num_speculative_tokens, self.max_model_len)
-            if room and may_speculate(seq):
-                if seq.ngram_index is None:
-                    seq.ngram_index = NgramIndex(config.ngram_min, config.ngram_max)
-                seq.draft_token_ids = seq.ngram_index.propose(seq.token_ids, room)
+            if not (room and may_speculate(seq)):
+                seq.draft_token_ids = []  # none, not one left from a step that had no room for it
+                continue
+            if seq.ngram_index is None:
+                seq.ngram_index = NgramIndex(config.ngram_min, config.ngram_max)
+            seq.draft_token_ids = seq.ngram_index.propose(seq.token_ids, room)
 
     def _verify_draft(self, seq: Sequence, rows: torch.Tensor, now: float) -> RequestOutput:
         """Emit what the target model keeps of `seq`'s draft (`rows`: its logits after the last token
