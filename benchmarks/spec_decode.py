@@ -166,7 +166,6 @@ def main(argv: list[str]) -> int:
     report: dict[str, Any] = {
         "machine": {
             "cpu": cpu_name(),
-            "isa": fused_ops.cpu_isa(),
             "threads": args.threads,
             "loadavg_before": load_before,
         },
@@ -210,6 +209,7 @@ def main(argv: list[str]) -> int:
                 )
             del plain, spec
     report["machine"]["loadavg_after"] = os.getloadavg()
+    report["machine"]["isa"] = fused_ops.cpu_isa()  # known once an engine has built the kernels
     print(
         f"\n{cpu_name()} ({fused_ops.cpu_isa()}), {args.threads} thread(s); load average before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (a shared machine: other jobs ran too)"
