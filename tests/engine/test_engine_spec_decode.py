@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import Reference, assert_all_blocks_free, random_prompts
+from engine_helpers import Reference, assert_all_blocks_free, random_prompts, references
 from transformers import AutoModelForCausalLM
 
 from kubeinfer_runtime.engine.config import EngineConfig
@@ -120,15 +120,7 @@ def test_speculative_settings_are_checked() -> None:
 
 @pytest.fixture(scope="module")
 def reference(tiny_model_dir: Callable[[str], Path]) -> Callable[[str], Reference]:
-    made: dict[str, Reference] = {}
-
-    def get(preset: str) -> Reference:
-        if preset not in made:
-            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(preset), dtype=torch.float32)
-            made[preset] = Reference(model, PROMPTS, MAX_TOKENS)
-        return made[preset]
-
-    return get
+    return references(tiny_model_dir, PROMPTS, MAX_TOKENS)
 
 
 def assert_cache_holds_only_accepted_tokens(engine: LLMEngine) -> None:
