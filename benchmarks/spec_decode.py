@@ -154,6 +154,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1, help="see the module docstring")
     parser.add_argument("--num-speculative-tokens", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write every run here")
+    parser.add_argument(
+        "--only", choices=["copy", "no-copy"], help="run one case alone (more pairs in the time)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     n_single, n_batch, max_tokens = (1, 8, 32) if args.quick else (2, 16, 96)
@@ -177,6 +180,8 @@ def main(argv: list[str]) -> int:
         bench_dir = make_tiny_model(Path(tmp) / "bench-60m", preset="bench-60m")
         model_dirs = {"bench": bench_dir, "copier": make_copier(bench_dir, Path(tmp) / "copier-60m")}
         for model, model_dir in model_dirs.items():
+            if args.only and (model == "bench") != (args.only == "no-copy"):
+                continue
             plain = LLMEngine.from_model_dir(model_dir, **common)
             spec = LLMEngine.from_model_dir(model_dir, **common, **spec_settings)
             workloads: list[Workload] = []
@@ -215,6 +220,10 @@ def main(argv: list[str]) -> int:
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f} (a shared machine: other jobs ran too)"
     )
     no_copy = [r for r in rows if str(r["workload"]).startswith("no-copy")]
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
+    if not no_copy:
+        return 0
     worst = min(float(r["tokens_per_cpu_s_ratio"]) for r in no_copy)
     worst_wall = min(float(r["tokens_per_s_ratio"]) for r in no_copy)
     met = "met" if worst >= TARGET_NO_COPY_RATIO else "NOT met"
@@ -222,8 +231,6 @@ def main(argv: list[str]) -> int:
         f"nothing to copy: worst tokens per CPU-second ratio {worst:.3f} (target >= {TARGET_NO_COPY_RATIO}: "
         f"{met}); worst wall-clock tokens/s ratio {worst_wall:.3f}"
     )
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 
