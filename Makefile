@@ -7,7 +7,7 @@ export PYTHONPATH := $(CURDIR)/e2e
 export KUBEINFER_CLUSTER_DIR ?= $(CURDIR)/.cluster
 
 .PHONY: help venv deps kernels test test-fast lint format crds crds-check cluster cluster-down demo \
-        bench-engine bench-precisions bench-int8-accuracy bench-serve sim-autoscaling clean dashboards
+        bench-engine bench-precisions bench-int8-accuracy bench-spec-decode bench-serve sim-autoscaling clean dashboards
 
 help:
 	@echo "make demo        cluster up, operator installed, tiny model served, one chat answered"
@@ -17,6 +17,7 @@ help:
 	@echo "make crds        regenerate crds/ and the chart's copy from the pydantic models"
 	@echo "make bench-engine / bench-serve / sim-autoscaling   benchmarks (numbers in README)"
 	@echo "make bench-precisions / bench-int8-accuracy        fp32 vs int8 vs bf16 on CPU (speed, accuracy)"
+	@echo "make bench-spec-decode                             speculative decoding vs plain (copy / no copy)"
 
 $(VENV_STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -80,6 +81,9 @@ bench-precisions: kernels
 
 bench-int8-accuracy: kernels
 	$(PY) benchmarks/int8_accuracy.py --json benchmarks/results/int8_accuracy.json
+
+bench-spec-decode: kernels
+	$(PY) benchmarks/spec_decode.py --repeats 5 --json benchmarks/results/spec_decode.json
 
 bench-serve: venv
 	mkdir -p out

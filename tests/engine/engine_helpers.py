@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
 import torch
+from transformers import AutoModelForCausalLM
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.sequence import Sequence
@@ -74,3 +79,16 @@ def prefill_logits(engine: LLMEngine, prompts: list[list[int]]) -> list[torch.Te
     seqs, logits, _ = engine.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
     by_request = {int(seq.request_id): row for seq, row in zip(seqs, logits, strict=True)}
     return [by_request[i] for i in range(len(prompts))]
+
+
+def references(
+    model_dir: Callable[[str], Path], prompts: list[list[int]], max_tokens: int
+) -> Callable[[str], Reference]:
+    """preset -> transformers' Reference for `prompts` on that preset's weights, made once each."""
+
+    @functools.cache
+    def get(preset: str) -> Reference:
+        model = AutoModelForCausalLM.from_pretrained(model_dir(preset), dtype=torch.float32)
+        return Reference(model, prompts, max_tokens)
+
+    return get

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_helpers import Reference, assert_all_blocks_free, random_prompts
-from transformers import AutoModelForCausalLM
+from engine_helpers import Reference, assert_all_blocks_free, random_prompts, references
 
 from kubeinfer_runtime.engine.llm_engine import LLMEngine
 from kubeinfer_runtime.engine.types import SamplingParams
@@ -26,15 +25,7 @@ PROMPTS = random_prompts(LENGTHS, seed=3, shared_prefix=64)
 
 @pytest.fixture(scope="module")
 def reference(tiny_model_dir: Callable[[str], Path]) -> Callable[[str], Reference]:
-    made: dict[str, Reference] = {}
-
-    def get(preset: str) -> Reference:
-        if preset not in made:
-            model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(preset), dtype=torch.float32)
-            made[preset] = Reference(model, PROMPTS, MAX_TOKENS)
-        return made[preset]
-
-    return get
+    return references(tiny_model_dir, PROMPTS, MAX_TOKENS)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -58,3 +58,18 @@ def test_quantization_flag_reaches_the_engine_and_refuses_unknown_schemes(tmp_pa
     assert parse_config([], {**env, "KUBEINFER_QUANTIZATION": "int8"}).quantization == "int8"
     with pytest.raises(SystemExit):
         parse_config(["--quantization", "int4"], env)
+
+
+def test_speculative_flags_reach_the_engine_and_default_to_off(tmp_path: Path) -> None:
+    env = {"KUBEINFER_MODEL": str(tmp_path)}
+    assert "speculative" not in parse_config([], env).engine_overrides()  # off: the engine's default
+    overrides = parse_config(
+        ["--speculative", "ngram", "--num-speculative-tokens", "5", "--ngram-max", "3"], env
+    ).engine_overrides()
+    assert overrides["speculative"] == "ngram"
+    assert overrides["num_speculative_tokens"] == 5 and overrides["ngram_max"] == 3
+    assert "ngram_min" not in overrides
+    assert parse_config([], {**env, "KUBEINFER_SPECULATIVE": "ngram"}).speculative == "ngram"
+    for bad in (["--speculative", "medusa"], ["--num-speculative-tokens", "0"]):
+        with pytest.raises(SystemExit):
+            parse_config(bad, env)

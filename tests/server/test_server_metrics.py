@@ -87,3 +87,19 @@ def test_request_metrics_count_what_was_observed() -> None:
     assert _value(samples, "kubeinfer_requests_total", outcome="success") == 1
     assert _value(samples, "kubeinfer_requests_total", outcome="rejected") == 1
     assert _value(samples, "kubeinfer_requests_total", outcome="timeout") == 0
+
+
+def test_speculative_acceptance_counts_from_the_baseline_and_its_ratio() -> None:
+    snapshot = StatsSnapshot(
+        _stats(spec_draft_tokens_total=110, spec_accepted_tokens_total=66), time.monotonic()
+    )
+    metrics = RuntimeMetrics("tiny", lambda: snapshot)
+    metrics.engine_stats.baseline = _stats(
+        spec_draft_tokens_total=10, spec_accepted_tokens_total=6
+    )  # warm-up
+    samples = _samples(metrics)
+    assert _value(samples, "kubeinfer_spec_decode_draft_tokens_total") == 100
+    assert _value(samples, "kubeinfer_spec_decode_accepted_tokens_total") == 60
+    assert _value(samples, "kubeinfer_spec_decode_acceptance_ratio") == 0.6
+    idle = _samples(RuntimeMetrics("tiny", lambda: None))  # no snapshot yet, no draft yet: 0, not NaN
+    assert _value(idle, "kubeinfer_spec_decode_acceptance_ratio") == 0

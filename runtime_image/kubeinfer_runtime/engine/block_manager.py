@@ -100,13 +100,25 @@ class BlockManager:
                 self.block_tokens[block] = self._block_tokens_of(seq, i)
         seq.num_cached_blocks = max(seq.num_cached_blocks, num_full)
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Give back the tail blocks of `seq` beyond those holding its first `num_tokens` tokens (the
+        slots of rejected draft tokens). Blocks registered in the prefix cache are never in the tail:
+        only computed, accepted tokens fill a registered block."""
+        keep = -(-num_tokens // self.block_size)
+        for block in reversed(seq.block_table[keep:]):
+            self._release(block)
+        del seq.block_table[keep:]
+
+    def _release(self, block: int) -> None:
+        self.ref_counts[block] -= 1
+        if self.ref_counts[block] == 0:
+            self.free_queue[block] = None
+            if self.block_hash[block] is None:  # holds nothing reusable: hand it out first
+                self.free_queue.move_to_end(block, last=False)
+
     def free(self, seq: Sequence) -> None:
         # Tail blocks are freed first so they are evicted first: a prefix outlives its suffixes.
         for block in reversed(seq.block_table):
-            self.ref_counts[block] -= 1
-            if self.ref_counts[block] == 0:
-                self.free_queue[block] = None
-                if self.block_hash[block] is None:  # holds nothing reusable: hand it out first
-                    self.free_queue.move_to_end(block, last=False)
+            self._release(block)
         seq.block_table = []
         seq.num_cached_blocks = 0

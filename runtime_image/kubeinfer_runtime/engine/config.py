@@ -19,6 +19,7 @@ DTYPES = {
     "half": torch.float16,
 }
 SCHEDULING_POLICIES = ("fcfs", "priority")
+SPECULATIVE_METHODS = ("ngram",)
 
 
 @dataclass
@@ -38,11 +39,23 @@ class EngineConfig:
     num_threads: int | None = None  # CPU threads; None: the CPUs this process may use
     cpu_kernels: bool = True  # fused C++ decode kernels on CPU in float32/bfloat16 (models/fused_ops.py)
     quantization: str | None = None  # "int8": weight-only int8 matmul weights, quantized at load
+    # Speculative decoding (engine/spec_decode.py): "ngram" drafts by prompt lookup; None: off.
+    speculative: str | None = None
+    num_speculative_tokens: int = 3  # most draft tokens verified per sequence and step
+    ngram_min: int = 2  # shortest suffix looked up in the context
+    ngram_max: int = 4  # longest; the longest one found wins
 
     def __post_init__(self) -> None:
         for name in ("block_size", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("num_speculative_tokens", "ngram_min"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.ngram_max < self.ngram_min:
+            raise ValueError(f"ngram_max ({self.ngram_max}) must be >= ngram_min ({self.ngram_min})")
+        if self.speculative is not None and self.speculative not in SPECULATIVE_METHODS:
+            raise ValueError(f"speculative must be one of {SPECULATIVE_METHODS}, got {self.speculative!r}")
         for name in ("kv_cache_tokens", "max_model_len", "num_threads"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -19,9 +19,16 @@ from kubeinfer_runtime.engine.block_manager import BlockManager
 from kubeinfer_runtime.engine.config import EngineConfig
 from kubeinfer_runtime.engine.logits import constrain, token_logprobs
 from kubeinfer_runtime.engine.model_runner import ModelRunner, PromptLogits
-from kubeinfer_runtime.engine.sampler import sample
+from kubeinfer_runtime.engine.sampler import GREEDY_TEMPERATURE, sample, sampling_probs
 from kubeinfer_runtime.engine.scheduler import Scheduler
 from kubeinfer_runtime.engine.sequence import Sequence
+from kubeinfer_runtime.engine.spec_decode import (
+    NgramIndex,
+    draft_room,
+    may_speculate,
+    verify_greedy,
+    verify_sampled,
+)
 from kubeinfer_runtime.engine.structured import GrammarCompiler
 from kubeinfer_runtime.engine.types import (
     EngineStats,
@@ -104,6 +111,8 @@ class LLMEngine:
         self._siblings: dict[str, list[Sequence]] = {}
         self._aborted: list[Sequence] = []  # aborted since the last step, which reports them
         self._arrivals = itertools.count()
+        self.num_draft_tokens = 0  # speculative decoding: draft tokens verified, and accepted
+        self.num_accepted_tokens = 0
 
     @classmethod
     def from_model_dir(cls, model_dir: str | Path, **overrides: Any) -> LLMEngine:
@@ -186,12 +195,21 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         outputs = [self._output(seq, [], "", time.monotonic()) for seq in self._aborted]
         self._aborted = []
+        if self.config.speculative is not None:
+            self._propose_drafts()
         scheduled = self.scheduler.schedule(time.monotonic())
         if not scheduled.seqs:
             return outputs
         sampled, logits, prompt_logits = self.model_runner.execute(scheduled.seqs, scheduled.num_new_tokens)
         for part in prompt_logits:
             self._record_prompt_logprobs(part)
+        # A sequence with a draft has 1 + len(draft) rows, verified below; every other one has one.
+        firsts = list(itertools.accumulate((1 + len(s.draft_token_ids) for s in sampled), initial=0))
+        drafted = [i for i, s in enumerate(sampled) if s.draft_token_ids]
+        plain = [i for i, s in enumerate(sampled) if not s.draft_token_ids]
+        if drafted:
+            verified = [(sampled[i], logits[firsts[i] : firsts[i + 1]]) for i in drafted]
+            sampled, logits = [sampled[i] for i in plain], logits[[firsts[i] for i in plain]]
         # Log-probabilities come from the raw logits, before any rule below changes them.
         wants = [i for i, s in enumerate(sampled) if s.params.logprobs is not None]
         raw = logits[wants].float().log_softmax(dim=-1) if wants else None
@@ -204,13 +222,58 @@ class LLMEngine:
             logprobs = dict(zip(wants, token_logprobs(raw, chosen, num_top), strict=True))
         now = time.monotonic()
         for seq, num_new in zip(scheduled.seqs, scheduled.num_new_tokens, strict=True):
-            seq.num_computed_tokens += num_new
-            self.block_manager.cache_full_blocks(seq)
+            if not seq.draft_token_ids:  # a drafted sequence counts what verification kept
+                seq.num_computed_tokens += num_new
+                self.block_manager.cache_full_blocks(seq)
         for i, (seq, token) in enumerate(zip(sampled, tokens, strict=True)):
             outputs.append(self._append_token(seq, token, now, logprobs.get(i)))
             if seq.index == 0:
                 self._start_siblings(seq.request_id)
+        if drafted:
+            outputs += [self._verify_draft(seq, rows, now) for seq, rows in verified]
         return outputs
+
+    def _propose_drafts(self) -> None:
+        """Prompt-lookup drafts for the running sequences that may take one (engine/spec_decode.py)."""
+        config = self.config
+        for seq in self.scheduler.running:
+            room = draft_room(seq, config.num_speculative_tokens, self.max_model_len)
+            if not (room and may_speculate(seq)):
+                seq.draft_token_ids = []  # none, not one left from a step that had no room for it
+                continue
+            if seq.ngram_index is None:
+                seq.ngram_index = NgramIndex(config.ngram_min, config.ngram_max)
+            seq.draft_token_ids = seq.ngram_index.propose(seq.token_ids, room)
+
+    def _verify_draft(self, seq: Sequence, rows: torch.Tensor, now: float) -> RequestOutput:
+        """Emit what the target model keeps of `seq`'s draft (`rows`: its logits after the last token
+        and after each draft token), then roll the cache back to the tokens kept."""
+        draft, seq.draft_token_ids = seq.draft_token_ids, []
+        if seq.params.temperature < GREEDY_TEMPERATURE:
+            tokens = verify_greedy(rows.argmax(dim=-1).tolist(), draft)
+        else:
+            probs = sampling_probs(rows, [seq.params] * rows.shape[0])
+            tokens = verify_sampled(probs, draft, seq.generator or self.generator)
+        self.num_draft_tokens += len(draft)
+        self.num_accepted_tokens += len(tokens) - 1
+        outputs = []
+        for token in tokens:
+            outputs.append(self._append_token(seq, token, now, None))
+            if seq.finish_reason is not None:  # finished and freed: nothing to roll back
+                break
+        else:
+            # Valid keys and values: the last token's and the accepted draft tokens'. The rejected
+            # ones' slots are overwritten later; blocks holding only them go back now.
+            seq.num_computed_tokens += len(tokens)
+            self.block_manager.truncate(seq, seq.num_computed_tokens)
+            self.block_manager.cache_full_blocks(seq)
+        last = outputs[-1]
+        return dataclasses.replace(
+            last,
+            new_token_ids=[t for o in outputs for t in o.new_token_ids],
+            new_text="".join(o.new_text for o in outputs),
+            token_times=[t for o in outputs for t in o.token_times],
+        )
 
     def _start_siblings(self, request_id: str) -> None:
         """The prompt's blocks are cached now: the other n - 1 sequences start from them."""
@@ -314,6 +377,8 @@ class LLMEngine:
             prefix_cache_queries_total=scheduler.prefix_cache_queries,
             prefix_cache_hits_total=scheduler.prefix_cache_hits,
             preemptions_total=scheduler.num_preemptions,
+            spec_draft_tokens_total=self.num_draft_tokens,
+            spec_accepted_tokens_total=self.num_accepted_tokens,
         )
 
     def generate(

@@ -135,26 +135,41 @@ class ModelRunner:
         self, seqs: list[Sequence], num_new_tokens: list[int]
     ) -> tuple[list[Sequence], torch.Tensor, list[PromptLogits]]:
         """Compute the scheduled tokens; returns the sequences that reached their last token (in
-        batch order), their next-token logits [len(those), vocab], and the logits of the prompt
-        positions computed for sequences that asked for prompt logprobs."""
+        batch order), their next-token logits [rows, vocab], and the logits of the prompt positions
+        computed for sequences that asked for prompt logprobs.
+
+        A sequence with a draft (speculative decoding) gets 1 + len(draft) consecutive logit rows:
+        after its last token and after each draft token. Its draft positions are decode rows too,
+        each attending to the cache up to itself: every new key and value is written before any
+        attention reads them, so one paged-decode call verifies every draft causally."""
         bs, device = self.block_size, self.device
         # A one-token prompt chunk whose logits are wanted takes the prefill path, which keeps them.
         is_decode = [
-            n == 1 and not seq.needs_prompt_logits for seq, n in zip(seqs, num_new_tokens, strict=True)
+            n == 1 + len(seq.draft_token_ids) and not seq.needs_prompt_logits
+            for seq, n in zip(seqs, num_new_tokens, strict=True)
         ]
         decodes = [seq for seq, d in zip(seqs, is_decode, strict=True) if d]
         prefills = [(seq, n) for seq, n, d in zip(seqs, num_new_tokens, is_decode, strict=True) if not d]
-        positions = [seq.num_computed_tokens for seq in decodes]
-        token_ids = [seq.token_ids[p] for seq, p in zip(decodes, positions, strict=True)]
-        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(decodes, positions, strict=True)]
-        sampled = [seq for seq in decodes if seq.num_computed_tokens + 1 == seq.num_tokens]
-        logit_rows = [i for i, seq in enumerate(decodes) if seq.num_computed_tokens + 1 == seq.num_tokens]
+        row_seqs: list[Sequence] = []  # the sequence of each decode row
+        positions: list[int] = []
+        token_ids: list[int] = []
+        sampled: list[Sequence] = []
+        logit_rows: list[int] = []
+        for seq in decodes:
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + 1 + len(seq.draft_token_ids)
+            if start + 1 == seq.num_tokens:
+                sampled.append(seq)
+                logit_rows += range(len(positions), len(positions) + end - start)
+            row_seqs += [seq] * (end - start)
+            positions += range(start, end)
+            token_ids += [seq.token_ids[start], *seq.draft_token_ids]
+        slots = [seq.block_table[p // bs] * bs + p % bs for seq, p in zip(row_seqs, positions, strict=True)]
 
         position_parts = [torch.tensor(positions, dtype=torch.long)]
         slot_parts = [torch.tensor(slots, dtype=torch.long)]
         spans: list[PrefillSpan] = []
         prompt_rows: list[tuple[Sequence, int, int, int]] = []  # (seq, first position, row span)
-        row = len(decodes)
+        row = len(positions)
         for seq, n in prefills:
             start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
             token_ids += seq.token_ids[start:end]
@@ -170,24 +185,25 @@ class ModelRunner:
 
         block_tables = context_lens = None
         if decodes:
-            block_tables, context_lens = self._block_tables(decodes, [p + 1 for p in positions])
+            block_tables, context_lens = self._block_tables(row_seqs, [p + 1 for p in positions])
         positions_t = torch.cat(position_parts).to(device)
         batch = AttentionBatch(
             slot_mapping=torch.cat(slot_parts).to(device),
             cos=self.cos[positions_t],
             sin=self.sin[positions_t],
             block_size=bs,
-            num_decodes=len(decodes),
+            num_decodes=len(row_seqs),
             decode_block_tables=block_tables,
             decode_context_lens=context_lens,
             prefills=spans,
         )
         input_ids = torch.tensor(token_ids, device=device)
+        num_sampled_rows = len(logit_rows)
         for _, _, first, end in prompt_rows:
             logit_rows += range(first, end)
         logits = self.model(input_ids, batch, torch.tensor(logit_rows, dtype=torch.long, device=device))
-        prompt_logits, at = [], len(sampled)
+        prompt_logits, at = [], num_sampled_rows
         for seq, start, first, end in prompt_rows:
             prompt_logits.append(PromptLogits(seq, start, logits[at : at + end - first]))
             at += end - first
-        return sampled, logits[: len(sampled)], prompt_logits
+        return sampled, logits[:num_sampled_rows], prompt_logits

@@ -26,6 +26,18 @@ def _top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor)
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
+def sampling_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """The distribution each row [rows, vocab] samples from: softmax of logits / temperature over
+    its top-k and top-p nucleus. Every row must sample (temperature >= GREEDY_TEMPERATURE)."""
+    device, vocab = logits.device, logits.shape[-1]
+    scaled = logits.float() / torch.tensor([p.temperature for p in params], device=device)[:, None]
+    if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
+        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+        top_p = torch.tensor([p.top_p for p in params], device=device)
+        scaled = _top_k_top_p(scaled, top_k, top_p)
+    return scaled.softmax(dim=-1)
+
+
 @torch.inference_mode()
 def sample(
     logits: torch.Tensor,
@@ -39,15 +51,8 @@ def sample(
     rows = [i for i, p in enumerate(params) if p.temperature >= GREEDY_TEMPERATURE]
     if not rows:
         return tokens.tolist()
-    device, vocab = logits.device, logits.shape[-1]
-    index = torch.tensor(rows, device=device)
-    chosen = [params[i] for i in rows]
-    scaled = logits[index] / torch.tensor([p.temperature for p in chosen], device=device)[:, None]
-    if any(p.top_k > 0 or p.top_p < 1.0 for p in chosen):
-        top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in chosen], device=device)
-        top_p = torch.tensor([p.top_p for p in chosen], device=device)
-        scaled = _top_k_top_p(scaled, top_k, top_p)
-    probs = scaled.softmax(dim=-1)
+    index = torch.tensor(rows, device=logits.device)
+    probs = sampling_probs(logits[index], [params[i] for i in rows])
     noise = torch.empty_like(probs).exponential_(generator=default_generator)
     for row, i in enumerate(rows):
         if generators[i] is not None:

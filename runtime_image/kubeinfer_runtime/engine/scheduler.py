@@ -54,6 +54,7 @@ class Scheduler:
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.free(seq)
+        seq.draft_token_ids.clear()
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         self.num_preemptions += 1
@@ -67,7 +68,15 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            num_new = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            pending = seq.num_tokens - seq.num_computed_tokens
+            # A draft (speculative decoding) rides along with its sequence's last token, cut to the
+            # budget; when blocks are short it is dropped before anyone is preempted for it.
+            del seq.draft_token_ids[max(budget - pending, 0) :]
+            num_new = min(pending + len(seq.draft_token_ids), budget)
+            allocated = self.block_manager.allocate(seq, seq.num_computed_tokens + num_new)
+            if seq.draft_token_ids and not allocated:
+                seq.draft_token_ids.clear()
+                num_new = min(pending, budget)
             while not self.block_manager.allocate(seq, seq.num_computed_tokens + num_new):
                 victim = self.running.pop()  # sorted, so this is the least important one
                 self._preempt(victim)

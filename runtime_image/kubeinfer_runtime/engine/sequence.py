@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from kubeinfer_runtime.engine.spec_decode import NgramIndex
 from kubeinfer_runtime.engine.types import FinishReason, SamplingParams, TokenLogprob
 from kubeinfer_runtime.tokenizer import IncrementalDetokenizer
 
@@ -51,6 +52,10 @@ class Sequence:
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []  # chained hash of each full block of token_ids, grown lazily
         self.num_cached_blocks = 0  # leading blocks of block_table registered in the prefix cache
+        # Speculative decoding: tokens proposed to follow token_ids, verified in the next step (their
+        # keys and values are written there, and rolled back where rejected), and the drafter's index.
+        self.draft_token_ids: list[int] = []
+        self.ngram_index: NgramIndex | None = None
         # Output bookkeeping.
         self.num_cached_prompt_tokens = 0
         self.num_preemptions = 0

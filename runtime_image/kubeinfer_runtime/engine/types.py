@@ -98,3 +98,5 @@ class EngineStats:
     prefix_cache_queries_total: int  # prompt tokens looked up
     prefix_cache_hits_total: int  # prompt tokens found
     preemptions_total: int
+    spec_draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
+    spec_accepted_tokens_total: int = 0  # of those, accepted

@@ -36,6 +36,10 @@ class ServerConfig:
     seed: int | None
     cpu_kernels: bool
     quantization: str | None
+    speculative: str | None
+    num_speculative_tokens: int | None
+    ngram_min: int | None
+    ngram_max: int | None
     api_key_file: str | None
     warmup: bool
     drain_timeout: float
@@ -61,6 +65,10 @@ class ServerConfig:
             "seed": self.seed,
             "cpu_kernels": self.cpu_kernels,
             "quantization": self.quantization,
+            "speculative": self.speculative,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "ngram_min": self.ngram_min,
+            "ngram_max": self.ngram_max,
         }
         return {key: value for key, value in overrides.items() if value is not None}
 
@@ -138,6 +146,11 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     flag("--cpu-kernels", "fused C++ decode kernels on CPU (compiled on first use; off: eager PyTorch)", True,
          action=argparse.BooleanOptionalAction)  # fmt: skip
     flag("--quantization", "weight-only quantization applied at load: int8 (default: none)", choices=["int8"])
+    flag("--speculative", "speculative decoding: ngram (prompt lookup; default: off)", choices=["ngram"])
+    flag("--num-speculative-tokens", "most draft tokens verified per sequence and step (default 3)",
+         type=_positive_int)  # fmt: skip
+    flag("--ngram-min", "shortest context suffix the ngram drafter looks up (default 2)", type=_positive_int)
+    flag("--ngram-max", "longest context suffix the ngram drafter looks up (default 4)", type=_positive_int)
     flag("--api-key-file", "file holding the API key clients must send as 'Authorization: Bearer <key>'")
     flag("--warmup", "run one generation before reporting ready", True, action=argparse.BooleanOptionalAction)
     flag(

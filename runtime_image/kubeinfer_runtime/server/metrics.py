@@ -82,6 +82,23 @@ class _EngineStatsCollector(Collector):
             "prefix_cache_hits_total",
         )
         yield counter("kubeinfer_preemptions", "Requests preempted (recomputed later).", "preemptions_total")
+        yield counter(
+            "kubeinfer_spec_decode_draft_tokens",
+            "Speculative decoding: draft tokens verified.",
+            "spec_draft_tokens_total",
+        )
+        yield counter(
+            "kubeinfer_spec_decode_accepted_tokens",
+            "Speculative decoding: draft tokens accepted.",
+            "spec_accepted_tokens_total",
+        )
+        drafted = stats.spec_draft_tokens_total - base.spec_draft_tokens_total if stats and base else 0
+        accepted = stats.spec_accepted_tokens_total - base.spec_accepted_tokens_total if stats and base else 0
+        yield gauge(
+            "kubeinfer_spec_decode_acceptance_ratio",
+            "Speculative decoding: accepted / verified draft tokens since start (0 before any draft).",
+            accepted / drafted if drafted > 0 else 0.0,
+        )
 
 
 class RuntimeMetrics:
