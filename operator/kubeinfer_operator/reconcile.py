@@ -38,6 +38,7 @@ from kubeinfer_operator.render import (
     render_pod_template,
 )
 from kubeinfer_operator.rollout.controller import Judge, plan_canary, prometheus_judge, ready_by_revision
+from kubeinfer_operator.rollout.rolling_update import RevisionReplicas, next_replicas, unavailable_allowed
 from kubeinfer_operator.rollout.state_machine import RolloutEvent
 from kubeinfer_operator.router_render import render_front_service, router_labels, router_name
 from kubeinfer_operator.serving_path import (
@@ -74,7 +75,7 @@ class Plan:
     retire: tuple[RevisionView, ...]  # Deployments of revisions the current one has replaced
     status: dict[str, Any]  # only the status fields this reconcile owns
     transitions: tuple[Transition, ...]
-    scale: tuple[tuple[str, int], ...] = ()  # (Deployment, replicas) the spec no longer renders (canary)
+    scale: tuple[tuple[str, int], ...] = ()  # (Deployment, replicas) of revisions the spec no longer renders
     events: tuple[RolloutEvent, ...] = ()  # the canary state machine's own events
     requeue_after: float | None = None  # seconds: a rollout in flight is looked at again on time
     prune: tuple[tuple[str, str, str], ...] = ()  # (kind, name, uid) of traffic objects no longer rendered
@@ -172,9 +173,10 @@ def plan(
     views = [RevisionView.of(d) for d in deployments]
     current = next((v for v in views if v.revision == pod.revision), None)
     older = tuple(v for v in views if v.revision != pod.revision)
-    # Old revisions keep serving until the new one serves every desired replica.
-    retire = older if desired == 0 or (current is not None and current.serves(desired)) else ()
+    counts = rolling_counts(spec, desired, pod.revision, current, older)
+    retire = tuple(v for v in older if counts[v.revision] == 0)
     remaining = tuple(v for v in older if v not in retire)
+    scale = tuple((v.name, counts[v.revision]) for v in remaining if v.spec_replicas != counts[v.revision])
 
     ask = ResourceAsk(spec.runtime.resources.gpus, spec.runtime.resources.gpu_resource)
     new_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == pod.revision]
@@ -202,11 +204,28 @@ def plan(
     # The Service stays on the router (a switch from Canary) until the replicas are Ready.
     selects_router = serving is not None and serving.path.selected == "router"
     objects = (
-        render_deployment(owner, spec, pod, desired),
+        render_deployment(owner, spec, pod, counts[pod.revision]),
         render_front_service(owner, selects_router),
         render_pdb(owner),
     )
-    return Plan(apply=objects, retire=retire, status=status, transitions=changed)
+    return Plan(apply=objects, retire=retire, status=status, transitions=changed, scale=scale)
+
+
+def rolling_counts(
+    spec: InferenceServiceSpec,
+    desired: int,
+    revision: str,
+    current: RevisionView | None,
+    older: tuple[RevisionView, ...],
+) -> dict[str, int]:
+    """Replicas per revision for this step of a RollingUpdate (rollout/rolling_update.py decides), from the
+    Deployments' own counts: the ReplicaSet controller's view of which pods are Ready."""
+    rollout = spec.rollout
+    surge = rollout.max_surge
+    unavailable = unavailable_allowed(surge, rollout.max_unavailable)
+    new = RevisionReplicas(revision, current.spec_replicas, current.ready) if current else None
+    old = [RevisionReplicas(v.revision, v.spec_replicas, v.ready) for v in older]
+    return next_replicas(desired, surge, unavailable, new or RevisionReplicas(revision, 0, 0), old)
 
 
 def plan_canary_rollout(
