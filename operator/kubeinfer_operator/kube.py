@@ -32,6 +32,13 @@ _PATHS = {
 REQUEST_TIMEOUT_SECONDS = 30
 
 
+class StatusConflict(Exception):
+    """The object changed since the version a status patch was computed from."""
+
+    def __init__(self, kind: str, namespace: str, name: str, resource_version: str | None) -> None:
+        super().__init__(f"{kind} {namespace}/{name} is no longer at resourceVersion {resource_version}")
+
+
 def load_client() -> client.ApiClient:
     """In a pod: its ServiceAccount; elsewhere: the current kubeconfig context."""
     try:
@@ -155,18 +162,41 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    def get_latest(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET from the apiserver itself, never from a cache: after a conflict, what is there now."""
+        return Kube.get(self, kind, namespace, name)
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
         """Merge-patch the status subresource: fields this patch omits (set by other writers,
-        such as the autoscaler) stay as they are. Returns the object as written."""
-        return self._request(
-            "PATCH",
-            self._path(kind, namespace, name, "status"),
-            verb="patch_status",
-            kind=kind,
-            query={"fieldManager": FIELD_MANAGER},
-            body={"status": status},
-            content_type="application/merge-patch+json",
-        )
+        such as the autoscaler) stay as they are. Returns the object as written.
+
+        With `resource_version` (that of the object the patch was computed from), the apiserver
+        writes only if the object is still at that version, else answers 409 Conflict
+        (StatusConflict here): a decision made from a stale read never overwrites a newer status."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            return self._request(
+                "PATCH",
+                self._path(kind, namespace, name, "status"),
+                verb="patch_status",
+                kind=kind,
+                query={"fieldManager": FIELD_MANAGER},
+                body=body,
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status == 409:
+                raise StatusConflict(kind, namespace, name, resource_version) from error
+            raise
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         meta = involved["metadata"]

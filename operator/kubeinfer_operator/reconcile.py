@@ -18,7 +18,7 @@ from kubeinfer_operator import kv_capacity
 from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.api.base import field_errors
 from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
-from kubeinfer_operator.kube import Kube, now_rfc3339
+from kubeinfer_operator.kube import Kube, StatusConflict, now_rfc3339
 from kubeinfer_operator.names import (
     APP_NAME,
     FIELD_MANAGER,
@@ -86,6 +86,8 @@ class Plan:
 # The router's objects and the Gateway split's, by the labels that find them: a change of strategy or of
 # trafficRouting leaves them behind, and the reconcile deletes what its plan no longer renders. Replica
 # Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
+CONFLICT_ATTEMPTS = 3  # reconciles in a row whose status write found the object changed
+CONFLICT_RETRY_S = 1.0  # then the work queue tries again this much later
 SWITCH_POLL_S = 1.0  # how soon to look again while the URL does not answer from the path it should
 TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
 # Owned objects deleted when the plan stops rendering them: the traffic kinds, and the SLO's alert rules
@@ -410,7 +412,8 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     current = isvc.get("status") or {}
     changed = {key: value for key, value in plan.status.items() if current.get(key) != value}
     if changed:
-        kube.patch_status(KIND, meta["namespace"], meta["name"], changed)
+        # Planned from this version of the object: if it has changed since, StatusConflict (reconcile again).
+        kube.patch_status(KIND, meta["namespace"], meta["name"], changed, meta.get("resourceVersion"))
     log.log(
         logging.INFO if changed or plan.retire else logging.DEBUG,
         "reconciled %s/%s: applied %d, retired %d, status fields changed: %s",
@@ -438,10 +441,25 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
 
 
 def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> float | None:
-    """Returns in how many seconds to reconcile again regardless of events (a rollout in flight)."""
+    """Returns in how many seconds to reconcile again regardless of events (a rollout in flight).
+
+    The status is written only over the version it was planned from. When someone else wrote in between
+    (the autoscaler, a user, a cache behind the apiserver), the reconcile starts again from the object as
+    it is now rather than overwrite what it did not see; applies and scales are idempotent, and events go
+    out only after a successful status write, so nothing is repeated."""
     isvc = kube.get(KIND, namespace, name)
-    if isvc is None or isvc["metadata"].get("deletionTimestamp"):
-        return None  # the owned objects are garbage-collected with it
-    plan = observe_and_plan(kube, settings, isvc)
-    execute(kube, isvc, plan)
-    return plan.requeue_after
+    for _ in range(CONFLICT_ATTEMPTS):
+        if isvc is None or isvc["metadata"].get("deletionTimestamp"):
+            return None  # the owned objects are garbage-collected with it
+        plan = observe_and_plan(kube, settings, isvc)
+        try:
+            execute(kube, isvc, plan)
+        except StatusConflict as conflict:
+            log.info("%s: reconciling again from the object as it is now", conflict)
+            isvc = kube.get_latest(KIND, namespace, name)
+            continue
+        return plan.requeue_after
+    log.warning(
+        "status of %s/%s kept changing under %d reconciles: retrying soon", namespace, name, CONFLICT_ATTEMPTS
+    )
+    return CONFLICT_RETRY_S
