@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,6 +31,11 @@ _PATHS = {
     "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules"),  # only with Prometheus Operator
 }
 REQUEST_TIMEOUT_SECONDS = 30
+WRITE_VERBS = frozenset({"apply", "scale", "delete", "patch_status", "create"})
+
+
+class NotLeading(Exception):
+    """A write refused before it was sent: this replica's leadership term has ended (leader.py)."""
 
 
 class StatusConflict(Exception):
@@ -55,6 +61,8 @@ def now_rfc3339() -> str:
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        # Asked before every write: a replica whose leadership has ended sends none (reads go on).
+        self.may_write: Callable[[], bool] = lambda: True
 
     def _request(
         self,
@@ -67,6 +75,8 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        if verb in WRITE_VERBS and not self.may_write():
+            raise NotLeading(f"not the leader: {verb} of a {kind} not sent")
         API_REQUESTS.labels(verb=verb, kind=kind).inc()
         url = path + ("?" + urlencode(query) if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
