@@ -41,9 +41,8 @@ def test_a_status_write_from_a_stale_read_is_refused_and_overwrites_nothing(
     cluster.kubectl("create", "-n", namespace, "-f", "-", input=json.dumps(manifest))
     read = stored(cluster, namespace)  # what the operator planned from
     other = {"status": {"desiredReplicas": 3}}  # the autoscaler writes meanwhile
-    cluster.kubectl(
-        "patch", "-n", namespace, "infsvc", "tiny", "--subresource=status", "--type=merge", "-p", json.dumps(other)
-    )  # fmt: skip
+    patch = ["patch", "-n", namespace, "infsvc", "tiny", "--subresource=status", "--type=merge"]
+    cluster.kubectl(*patch, "-p", json.dumps(other))
     kube = Kube(cluster.api_client())
     stale = read["metadata"]["resourceVersion"]
     with pytest.raises(StatusConflict):
