@@ -183,6 +183,12 @@ def plan(
     ask = ResourceAsk(spec.runtime.resources.gpus, spec.runtime.resources.gpu_resource)
     new_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == pod.revision]
     diagnosis = diagnose(new_pods, ask) or diagnose(pods, ask)
+    if (
+        diagnosis is not None
+        and diagnosis.reason == "Unschedulable"
+        and _replaced_pods_releasing(pods, older)
+    ):
+        diagnosis = None  # a new replica waits for the GPU that the one it replaces is still giving back
     url = service_url(owner.name, owner.namespace)
     observed = Observation(desired, pod.revision, current, remaining, diagnosis, url, serving)
 
@@ -211,6 +217,11 @@ def plan(
         render_pdb(owner),
     )
     return Plan(apply=objects, retire=retire, status=status, transitions=changed, scale=scale)
+
+
+def _replaced_pods_releasing(pods: list[dict[str, Any]], older: tuple[RevisionView, ...]) -> bool:
+    """A rollout is under way and pods of the service are terminating: what they hold comes free."""
+    return bool(older) and any(p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def rolling_counts(
