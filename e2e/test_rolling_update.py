@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from demo import TINY_EXAMPLE
@@ -21,6 +22,7 @@ OPERATOR_NAMESPACE = "ru-e2e-system"
 NAMESPACE = "ru-e2e"
 ISVC_LABEL = "serving.kubeinfer.dev/inferenceservice"
 REPLICAS = 2
+COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 
 
 @pytest.fixture(scope="module")
@@ -190,4 +192,32 @@ def test_with_one_spare_gpu_a_new_replica_is_ready_before_an_old_one_goes(operat
     watched = roll_out(operator, "surge1", max_surge=1)
     assert max(watched.requested) == REPLICAS + 1, watched.requested
     assert min(watched.ready) == REPLICAS, watched.ready
+
+
+def test_a_scale_down_first_marks_each_replica_with_its_work(operator: Any) -> None:
+    """Before a Deployment's count is lowered its Ready pods carry pod-deletion-cost from their requests
+    in flight, read from Prometheus (idle here: 0 each)."""
+    selector = f"{ISVC_LABEL}=surge1,app.kubernetes.io/name=kubeinfer-runtime"
+    pods = get(operator, "pods", "-n", NAMESPACE, "-l", selector)["items"]
+    wait_for(
+        "Prometheus to have the replicas' request gauges",
+        lambda: all(has_series(operator, p["metadata"]["name"]) for p in pods),
+        timeout=60,
+    )
+    operator.kubectl(
+        "patch", "infsvc", "surge1", "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"replicas":1}}'
+    )
+
+    def one_left() -> list[dict[str, Any]]:
+        left = get(operator, "pods", "-n", NAMESPACE, "-l", selector)["items"]
+        return left if len(left) == 1 and not left[0]["metadata"].get("deletionTimestamp") else []
+
+    (kept,) = wait_for("one replica to be left", one_left, timeout=120)
+    assert kept["metadata"]["annotations"][COST_ANNOTATION] == "0"
     operator.kubectl("delete", "infsvc", "surge1", "-n", NAMESPACE, "--wait=true")
+
+
+def has_series(cluster: Any, pod: str) -> bool:
+    query = f'kubeinfer_requests_running{{namespace="{NAMESPACE}",pod="{pod}"}}'
+    response = httpx.get(f"{cluster.prometheus_url}/api/v1/query", params={"query": query}, timeout=5)
+    return bool(response.json()["data"]["result"])

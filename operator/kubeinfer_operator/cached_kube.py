@@ -124,6 +124,14 @@ class CachedKube(Kube):
         if kind in self.cache.kinds:
             self.cache.remove(kind, namespace, name)
 
+    def annotate(
+        self, kind: str, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any] | None:
+        written = super().annotate(kind, namespace, name, annotations)
+        if kind in self.cache.kinds and written:
+            self.cache.upsert(kind, written)
+        return written
+
     def get_latest(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         latest = super().get_latest(kind, namespace, name)
         if kind in self.cache.kinds and latest is not None:

@@ -31,7 +31,7 @@ _PATHS = {
     "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules"),  # only with Prometheus Operator
 }
 REQUEST_TIMEOUT_SECONDS = 30
-WRITE_VERBS = frozenset({"apply", "scale", "delete", "patch_status", "create"})
+WRITE_VERBS = frozenset({"apply", "scale", "delete", "patch_status", "create", "annotate"})
 
 
 class NotLeading(Exception):
@@ -171,6 +171,26 @@ class Kube:
             body={"spec": {"replicas": replicas}},
             content_type="application/merge-patch+json",
         )
+
+    def annotate(
+        self, kind: str, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """Merge-patch annotations onto an object the operator does not own the whole of (a Deployment's
+        pod); None when it is gone already."""
+        try:
+            return self._request(
+                "PATCH",
+                self._path(kind, namespace, name),
+                verb="annotate",
+                kind=kind,
+                query={"fieldManager": FIELD_MANAGER},
+                body={"metadata": {"annotations": annotations}},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
 
     def get_latest(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """GET from the apiserver itself, never from a cache: after a conflict, what is there now."""

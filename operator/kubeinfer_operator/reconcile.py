@@ -14,10 +14,11 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from kubeinfer_operator import kv_capacity
+from kubeinfer_operator import deletion_cost, kv_capacity
 from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.api.base import field_errors
 from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
+from kubeinfer_operator.engine_metrics import engine_metrics
 from kubeinfer_operator.kube import Kube, StatusConflict, now_rfc3339
 from kubeinfer_operator.names import (
     APP_NAME,
@@ -30,6 +31,7 @@ from kubeinfer_operator.names import (
     service_url,
 )
 from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
+from kubeinfer_operator.prometheus import MetricsUnavailable
 from kubeinfer_operator.render import (
     Owner,
     pod_selector,
@@ -81,6 +83,8 @@ class Plan:
     prune: tuple[tuple[str, str, str], ...] = ()  # (kind, name, uid) of traffic objects no longer rendered
     # Traffic objects of the previous routing kept until the URL answers from the new one.
     held: tuple[tuple[str, str, str], ...] = ()
+    # (pod, pod-deletion-cost) set before a scale-down, so the replica with the least work goes.
+    annotate: tuple[tuple[str, str], ...] = ()
 
 
 # The router's objects and the Gateway split's, by the labels that find them: a change of strategy or of
@@ -389,6 +393,8 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         )
     else:
         planned = plan(isvc, spec, deployments, pods, settings, kv, now, serving)
+    if deletion_cost.scaling_down(deployments, planned.apply, planned.scale):
+        planned = replace(planned, annotate=_deletion_costs(settings, spec, meta, pods))
     alerts = alert_objects(settings, isvc, spec, served=traffic["PrometheusRule"] is not None)
     planned = replace(planned, apply=planned.apply + alerts)
     stale = stale_objects(traffic, planned.apply, meta["uid"])
@@ -402,12 +408,27 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     return replace(planned, prune=prune, held=held, requeue_after=requeue)
 
 
+def _deletion_costs(
+    settings: Settings, spec: InferenceServiceSpec, meta: dict[str, Any], pods: list[dict[str, Any]]
+) -> tuple[tuple[str, str], ...]:
+    engine = engine_metrics(spec.runtime.engine)
+    try:
+        work = deletion_cost.fetch_work(settings.prometheus_url, engine, meta["namespace"], meta["name"])
+    except MetricsUnavailable as error:
+        # Scale down all the same: the ReplicaSet controller's own order (not Ready first, then newest).
+        log.warning("scale-down of %s/%s without per-pod work: %s", meta["namespace"], meta["name"], error)
+        return ()
+    return deletion_cost.cost_updates(pods, work)
+
+
 def meta_key(meta: dict[str, Any]) -> tuple[str, str]:
     return meta["namespace"], meta["name"]
 
 
 def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     meta = isvc["metadata"]
+    for pod, cost in plan.annotate:  # before the scale-down that reads them
+        kube.annotate("Pod", meta["namespace"], pod, {deletion_cost.ANNOTATION: cost})
     for obj in plan.apply:
         kube.apply(obj)
     for name, replicas in plan.scale:
