@@ -78,6 +78,15 @@ def hog(name: str) -> dict[str, Any]:
 def leave_free(cluster: Any, gpus: int) -> None:
     """Occupy GPUs with hog pods until exactly `gpus` are free."""
     cluster.kubectl("delete", "pods", "-l", "app=gpu-hog", "-n", NAMESPACE, "--wait=true", check=False)
+    wait_for(  # an earlier test's replicas hold GPUs until they are gone
+        "the replicas of earlier tests to go",
+        lambda: (
+            not get(cluster, "pods", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=kubeinfer-runtime")[
+                "items"
+            ]
+        ),
+        timeout=120,
+    )
     extra = free_gpus(cluster) - gpus
     assert extra >= 0, f"the cluster has fewer than {gpus} free GPUs"
     for i in range(extra):
