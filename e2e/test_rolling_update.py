@@ -107,8 +107,11 @@ class DeploymentWatch:
         self.watch = watch.Watch()
         self.requested: list[int] = []
         self.ready: list[int] = []
+        self.deployments = 0  # how many Deployments the service has, as last seen
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.started = threading.Event()
+        self.stopping = False
+        self.failure: BaseException | None = None  # the watch broke while it was needed
 
     def __enter__(self) -> DeploymentWatch:
         self.thread.start()
@@ -116,10 +119,22 @@ class DeploymentWatch:
         return self
 
     def __exit__(self, *_: object) -> None:
+        self.stopping = True
         self.watch.stop()
-        self.thread.join(timeout=10)
+        assert self.failure is None, f"the watch broke mid-rollout: {self.failure!r}"
+
+    def settled(self, replicas: int) -> bool:
+        """The watch has seen one Deployment left, asking for and serving `replicas`."""
+        return self.deployments == 1 and self.requested[-1] == replicas and self.ready[-1] == replicas
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        except Exception as error:  # a watch cut by the session's end is no finding
+            if not self.stopping:
+                self.failure = error
+
+    def _follow(self) -> None:
         selector = f"{ISVC_LABEL}={self.name},app.kubernetes.io/name=kubeinfer-runtime"
         listed = self.api.list_namespaced_deployment(NAMESPACE, label_selector=selector)
         current = {d.metadata.name: d for d in listed.items}
@@ -140,6 +155,7 @@ class DeploymentWatch:
             self._record(current)
 
     def _record(self, current: dict[str, Any]) -> None:
+        self.deployments = len(current)
         self.requested.append(sum(d.spec.replicas or 0 for d in current.values()))
         self.ready.append(sum((d.status.ready_replicas or 0) for d in current.values()))
 
@@ -186,6 +202,7 @@ def roll_out(cluster: Any, name: str, max_surge: int) -> DeploymentWatch:
             )
 
         wait_for(f"{name} to roll out its new revision", rolled_out, timeout=300, interval=1)
+        wait_for("the watch to see the rollout's end", lambda: watched.settled(REPLICAS), timeout=30)
     return watched
 
 
