@@ -124,8 +124,29 @@ class CachedKube(Kube):
         if kind in self.cache.kinds:
             self.cache.remove(kind, namespace, name)
 
-    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        written = super().patch_status(kind, namespace, name, status)
+    def annotate(
+        self, kind: str, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any] | None:
+        written = super().annotate(kind, namespace, name, annotations)
+        if kind in self.cache.kinds and written:
+            self.cache.upsert(kind, written)
+        return written
+
+    def get_latest(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        latest = super().get_latest(kind, namespace, name)
+        if kind in self.cache.kinds and latest is not None:
+            self.cache.upsert(kind, latest)  # the watch brings the same version, or a newer one
+        return latest
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        written = super().patch_status(kind, namespace, name, status, resource_version)
         if kind in self.cache.kinds and written:
             self.cache.upsert(kind, written)
         return written

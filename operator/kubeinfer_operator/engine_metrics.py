@@ -10,6 +10,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class EngineMetrics:
     waiting: str  # gauge: requests waiting to be scheduled
+    running: str  # gauge: requests in the running batch
     kv_usage: str  # gauge: KV-cache usage 0..1
     queue_time: str  # histogram: seconds from arrival to scheduling
     # Gauge: age of the oldest waiting request. A histogram only sees a request once it is scheduled,
@@ -31,6 +32,7 @@ class EngineMetrics:
 ENGINES: dict[str, EngineMetrics] = {
     "builtin": EngineMetrics(
         waiting="kubeinfer_requests_waiting",
+        running="kubeinfer_requests_running",
         kv_usage="kubeinfer_kv_cache_usage_ratio",
         queue_time="kubeinfer_request_queue_time_seconds",
         oldest_wait="kubeinfer_oldest_waiting_request_age_seconds",
@@ -43,6 +45,7 @@ ENGINES: dict[str, EngineMetrics] = {
     ),
     "vllm": EngineMetrics(
         waiting="vllm:num_requests_waiting",
+        running="vllm:num_requests_running",
         kv_usage="vllm:kv_cache_usage_perc",  # a 0..1 fraction despite the name
         queue_time="vllm:request_queue_time_seconds",
         oldest_wait=None,

@@ -120,6 +120,7 @@ async def start(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> N
             asyncio.run_coroutine_threadsafe(operator.enqueue_all(), loop)
 
         operator.leadership = Leadership(config.lease_name, config.lease_namespace, config.identity, elected)
+        kube.may_write = operator.leading  # a reconcile in flight when the term ends writes no more
         operator.leadership.start()
     operator.tasks = [loop.create_task(operator.queue.worker()) for _ in range(config.workers)]
     operator.tasks.append(loop.create_task(operator.resync()))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -30,6 +31,18 @@ _PATHS = {
     "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules"),  # only with Prometheus Operator
 }
 REQUEST_TIMEOUT_SECONDS = 30
+WRITE_VERBS = frozenset({"apply", "scale", "delete", "patch_status", "create", "annotate"})
+
+
+class NotLeading(Exception):
+    """A write refused before it was sent: this replica's leadership term has ended (leader.py)."""
+
+
+class StatusConflict(Exception):
+    """The object changed since the version a status patch was computed from."""
+
+    def __init__(self, kind: str, namespace: str, name: str, resource_version: str | None) -> None:
+        super().__init__(f"{kind} {namespace}/{name} is no longer at resourceVersion {resource_version}")
 
 
 def load_client() -> client.ApiClient:
@@ -48,6 +61,8 @@ def now_rfc3339() -> str:
 class Kube:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
+        # Asked before every write: a replica whose leadership has ended sends none (reads go on).
+        self.may_write: Callable[[], bool] = lambda: True
 
     def _request(
         self,
@@ -60,6 +75,8 @@ class Kube:
         body: Any = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
+        if verb in WRITE_VERBS and not self.may_write():
+            raise NotLeading(f"not the leader: {verb} of a {kind} not sent")
         API_REQUESTS.labels(verb=verb, kind=kind).inc()
         url = path + ("?" + urlencode(query) if query else "")
         headers = {"Accept": "application/json", "Content-Type": content_type}
@@ -155,18 +172,61 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
-    def patch_status(self, kind: str, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+    def annotate(
+        self, kind: str, namespace: str, name: str, annotations: dict[str, str]
+    ) -> dict[str, Any] | None:
+        """Merge-patch annotations onto an object the operator does not own the whole of (a Deployment's
+        pod); None when it is gone already."""
+        try:
+            return self._request(
+                "PATCH",
+                self._path(kind, namespace, name),
+                verb="annotate",
+                kind=kind,
+                query={"fieldManager": FIELD_MANAGER},
+                body={"metadata": {"annotations": annotations}},
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def get_latest(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """GET from the apiserver itself, never from a cache: after a conflict, what is there now."""
+        return Kube.get(self, kind, namespace, name)
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
         """Merge-patch the status subresource: fields this patch omits (set by other writers,
-        such as the autoscaler) stay as they are. Returns the object as written."""
-        return self._request(
-            "PATCH",
-            self._path(kind, namespace, name, "status"),
-            verb="patch_status",
-            kind=kind,
-            query={"fieldManager": FIELD_MANAGER},
-            body={"status": status},
-            content_type="application/merge-patch+json",
-        )
+        such as the autoscaler) stay as they are. Returns the object as written.
+
+        With `resource_version` (that of the object the patch was computed from), the apiserver
+        writes only if the object is still at that version, else answers 409 Conflict
+        (StatusConflict here): a decision made from a stale read never overwrites a newer status."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            return self._request(
+                "PATCH",
+                self._path(kind, namespace, name, "status"),
+                verb="patch_status",
+                kind=kind,
+                query={"fieldManager": FIELD_MANAGER},
+                body=body,
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status == 409:
+                raise StatusConflict(kind, namespace, name, resource_version) from error
+            raise
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         meta = involved["metadata"]

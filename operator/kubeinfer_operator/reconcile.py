@@ -14,11 +14,12 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from kubeinfer_operator import kv_capacity
+from kubeinfer_operator import deletion_cost, kv_capacity
 from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.api.base import field_errors
 from kubeinfer_operator.conditions import Condition, Transition, merge, transitions
-from kubeinfer_operator.kube import Kube, now_rfc3339
+from kubeinfer_operator.engine_metrics import engine_metrics
+from kubeinfer_operator.kube import Kube, StatusConflict, now_rfc3339
 from kubeinfer_operator.names import (
     APP_NAME,
     FIELD_MANAGER,
@@ -30,6 +31,7 @@ from kubeinfer_operator.names import (
     service_url,
 )
 from kubeinfer_operator.pod_diagnosis import ResourceAsk, diagnose
+from kubeinfer_operator.prometheus import MetricsUnavailable
 from kubeinfer_operator.render import (
     Owner,
     pod_selector,
@@ -38,6 +40,7 @@ from kubeinfer_operator.render import (
     render_pod_template,
 )
 from kubeinfer_operator.rollout.controller import Judge, plan_canary, prometheus_judge, ready_by_revision
+from kubeinfer_operator.rollout.rolling_update import RevisionReplicas, next_replicas, unavailable_allowed
 from kubeinfer_operator.rollout.state_machine import RolloutEvent
 from kubeinfer_operator.router_render import render_front_service, router_labels, router_name
 from kubeinfer_operator.serving_path import (
@@ -74,17 +77,21 @@ class Plan:
     retire: tuple[RevisionView, ...]  # Deployments of revisions the current one has replaced
     status: dict[str, Any]  # only the status fields this reconcile owns
     transitions: tuple[Transition, ...]
-    scale: tuple[tuple[str, int], ...] = ()  # (Deployment, replicas) the spec no longer renders (canary)
+    scale: tuple[tuple[str, int], ...] = ()  # (Deployment, replicas) of revisions the spec no longer renders
     events: tuple[RolloutEvent, ...] = ()  # the canary state machine's own events
     requeue_after: float | None = None  # seconds: a rollout in flight is looked at again on time
     prune: tuple[tuple[str, str, str], ...] = ()  # (kind, name, uid) of traffic objects no longer rendered
     # Traffic objects of the previous routing kept until the URL answers from the new one.
     held: tuple[tuple[str, str, str], ...] = ()
+    # (pod, pod-deletion-cost) set before a scale-down, so the replica with the least work goes.
+    annotate: tuple[tuple[str, str], ...] = ()
 
 
 # The router's objects and the Gateway split's, by the labels that find them: a change of strategy or of
 # trafficRouting leaves them behind, and the reconcile deletes what its plan no longer renders. Replica
 # Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
+CONFLICT_ATTEMPTS = 3  # reconciles in a row whose status write found the object changed
+CONFLICT_RETRY_S = 1.0  # then the work queue tries again this much later
 SWITCH_POLL_S = 1.0  # how soon to look again while the URL does not answer from the path it should
 TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
 # Owned objects deleted when the plan stops rendering them: the traffic kinds, and the SLO's alert rules
@@ -172,13 +179,20 @@ def plan(
     views = [RevisionView.of(d) for d in deployments]
     current = next((v for v in views if v.revision == pod.revision), None)
     older = tuple(v for v in views if v.revision != pod.revision)
-    # Old revisions keep serving until the new one serves every desired replica.
-    retire = older if desired == 0 or (current is not None and current.serves(desired)) else ()
+    counts = rolling_counts(spec, desired, pod.revision, current, older)
+    retire = tuple(v for v in older if counts[v.revision] == 0)
     remaining = tuple(v for v in older if v not in retire)
+    scale = tuple((v.name, counts[v.revision]) for v in remaining if v.spec_replicas != counts[v.revision])
 
     ask = ResourceAsk(spec.runtime.resources.gpus, spec.runtime.resources.gpu_resource)
     new_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == pod.revision]
     diagnosis = diagnose(new_pods, ask) or diagnose(pods, ask)
+    if (
+        diagnosis is not None
+        and diagnosis.reason == "Unschedulable"
+        and _replaced_pods_releasing(pods, older)
+    ):
+        diagnosis = None  # a new replica waits for the GPU that the one it replaces is still giving back
     url = service_url(owner.name, owner.namespace)
     observed = Observation(desired, pod.revision, current, remaining, diagnosis, url, serving)
 
@@ -202,11 +216,33 @@ def plan(
     # The Service stays on the router (a switch from Canary) until the replicas are Ready.
     selects_router = serving is not None and serving.path.selected == "router"
     objects = (
-        render_deployment(owner, spec, pod, desired),
+        render_deployment(owner, spec, pod, counts[pod.revision]),
         render_front_service(owner, selects_router),
         render_pdb(owner),
     )
-    return Plan(apply=objects, retire=retire, status=status, transitions=changed)
+    return Plan(apply=objects, retire=retire, status=status, transitions=changed, scale=scale)
+
+
+def _replaced_pods_releasing(pods: list[dict[str, Any]], older: tuple[RevisionView, ...]) -> bool:
+    """A rollout is under way and pods of the service are terminating: what they hold comes free."""
+    return bool(older) and any(p["metadata"].get("deletionTimestamp") for p in pods)
+
+
+def rolling_counts(
+    spec: InferenceServiceSpec,
+    desired: int,
+    revision: str,
+    current: RevisionView | None,
+    older: tuple[RevisionView, ...],
+) -> dict[str, int]:
+    """Replicas per revision for this step of a RollingUpdate (rollout/rolling_update.py decides), from the
+    Deployments' own counts: the ReplicaSet controller's view of which pods are Ready."""
+    rollout = spec.rollout
+    surge = rollout.max_surge
+    unavailable = unavailable_allowed(surge, rollout.max_unavailable)
+    new = RevisionReplicas(revision, current.spec_replicas, current.ready) if current else None
+    old = [RevisionReplicas(v.revision, v.spec_replicas, v.ready) for v in older]
+    return next_replicas(desired, surge, unavailable, new or RevisionReplicas(revision, 0, 0), old)
 
 
 def plan_canary_rollout(
@@ -357,6 +393,8 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         )
     else:
         planned = plan(isvc, spec, deployments, pods, settings, kv, now, serving)
+    if deletion_cost.scaling_down(deployments, planned.apply, planned.scale):
+        planned = replace(planned, annotate=_deletion_costs(settings, spec, meta, pods))
     alerts = alert_objects(settings, isvc, spec, served=traffic["PrometheusRule"] is not None)
     planned = replace(planned, apply=planned.apply + alerts)
     stale = stale_objects(traffic, planned.apply, meta["uid"])
@@ -370,12 +408,27 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
     return replace(planned, prune=prune, held=held, requeue_after=requeue)
 
 
+def _deletion_costs(
+    settings: Settings, spec: InferenceServiceSpec, meta: dict[str, Any], pods: list[dict[str, Any]]
+) -> tuple[tuple[str, str], ...]:
+    engine = engine_metrics(spec.runtime.engine)
+    try:
+        work = deletion_cost.fetch_work(settings.prometheus_url, engine, meta["namespace"], meta["name"])
+    except MetricsUnavailable as error:
+        # Scale down all the same: the ReplicaSet controller's own order (not Ready first, then newest).
+        log.warning("scale-down of %s/%s without per-pod work: %s", meta["namespace"], meta["name"], error)
+        return ()
+    return deletion_cost.cost_updates(pods, work)
+
+
 def meta_key(meta: dict[str, Any]) -> tuple[str, str]:
     return meta["namespace"], meta["name"]
 
 
 def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     meta = isvc["metadata"]
+    for pod, cost in plan.annotate:  # before the scale-down that reads them
+        kube.annotate("Pod", meta["namespace"], pod, {deletion_cost.ANNOTATION: cost})
     for obj in plan.apply:
         kube.apply(obj)
     for name, replicas in plan.scale:
@@ -391,7 +444,8 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
     current = isvc.get("status") or {}
     changed = {key: value for key, value in plan.status.items() if current.get(key) != value}
     if changed:
-        kube.patch_status(KIND, meta["namespace"], meta["name"], changed)
+        # Planned from this version of the object: if it has changed since, StatusConflict (reconcile again).
+        kube.patch_status(KIND, meta["namespace"], meta["name"], changed, meta.get("resourceVersion"))
     log.log(
         logging.INFO if changed or plan.retire else logging.DEBUG,
         "reconciled %s/%s: applied %d, retired %d, status fields changed: %s",
@@ -419,10 +473,25 @@ def execute(kube: Kube, isvc: dict[str, Any], plan: Plan) -> None:
 
 
 def reconcile(kube: Kube, settings: Settings, namespace: str, name: str) -> float | None:
-    """Returns in how many seconds to reconcile again regardless of events (a rollout in flight)."""
+    """Returns in how many seconds to reconcile again regardless of events (a rollout in flight).
+
+    The status is written only over the version it was planned from. When someone else wrote in between
+    (the autoscaler, a user, a cache behind the apiserver), the reconcile starts again from the object as
+    it is now rather than overwrite what it did not see; applies and scales are idempotent, and events go
+    out only after a successful status write, so nothing is repeated."""
     isvc = kube.get(KIND, namespace, name)
-    if isvc is None or isvc["metadata"].get("deletionTimestamp"):
-        return None  # the owned objects are garbage-collected with it
-    plan = observe_and_plan(kube, settings, isvc)
-    execute(kube, isvc, plan)
-    return plan.requeue_after
+    for _ in range(CONFLICT_ATTEMPTS):
+        if isvc is None or isvc["metadata"].get("deletionTimestamp"):
+            return None  # the owned objects are garbage-collected with it
+        plan = observe_and_plan(kube, settings, isvc)
+        try:
+            execute(kube, isvc, plan)
+        except StatusConflict as conflict:
+            log.info("%s: reconciling again from the object as it is now", conflict)
+            isvc = kube.get_latest(KIND, namespace, name)
+            continue
+        return plan.requeue_after
+    log.warning(
+        "status of %s/%s kept changing under %d reconciles: retrying soon", namespace, name, CONFLICT_ATTEMPTS
+    )
+    return CONFLICT_RETRY_S

@@ -79,6 +79,16 @@ INVALID = [
         {"spec.rollout": {"strategy": "RollingUpdate", "steps": [{"weight": 10}]}},
         "spec.rollout.steps",
     ),
+    Invalid(
+        "no-surge-and-none-unavailable",
+        {"spec.rollout": {"maxSurge": 0, "maxUnavailable": 0}},
+        "spec.rollout.maxUnavailable",
+    ),
+    Invalid(
+        "max-unavailable-with-canary",
+        {"spec.rollout": {"strategy": "Canary", "steps": [{"weight": 10}], "maxUnavailable": 1}},
+        "spec.rollout.maxUnavailable",
+    ),
     Invalid("fractional-gpus", {"spec.runtime.resources.gpus": 1.5}, "spec.runtime.resources.gpus"),
     Invalid("negative-gpus", {"spec.runtime.resources.gpus": -1}, "spec.runtime.resources.gpus"),
     Invalid("builtin-on-two-gpus", {"spec.runtime.resources.gpus": 2}, "spec.runtime.resources.gpus"),

@@ -92,6 +92,48 @@ def test_new_revision_rolls_out_beside_the_old_then_replaces_it() -> None:
     assert _condition(done.status, "Progressing") == ("False", "Complete")
 
 
+def test_a_rollout_with_no_spare_gpu_hands_over_one_replica_at_a_time() -> None:
+    manifest = example("tiny-cpu.yaml")
+    manifest["spec"]["replicas"] = 2
+    manifest["spec"]["rollout"] = {"maxSurge": 0}
+    new = _revision(manifest)
+    old = deployment("0ld0ld0ld0", 2, 2)
+    first = _plan(manifest, [old], [], status={"stableRevision": "0ld0ld0ld0"})
+    assert first.apply[0]["spec"]["replicas"] == 0  # no room for a new replica yet
+    assert first.scale == (("tiny-0ld0ld0ld0", 1),) and first.retire == ()
+    old = deployment("0ld0ld0ld0", 1, 1)
+    second = _plan(manifest, [old, deployment(new, 0, 0)], [], status=first.status)
+    assert second.apply[0]["spec"]["replicas"] == 1 and second.scale == ()
+    third = _plan(manifest, [old, deployment(new, 1, 1)], [], status=second.status)
+    assert [v.name for v in third.retire] == ["tiny-0ld0ld0ld0"] and third.apply[0]["spec"]["replicas"] == 1
+    assert _condition(third.status, "Ready") == ("True", "Serving")
+
+
+def test_a_new_replica_waiting_for_a_gpu_being_given_back_is_not_degraded() -> None:
+    manifest = example("tiny-cpu.yaml")
+    manifest["spec"]["replicas"] = 2
+    manifest["spec"]["rollout"] = {"maxSurge": 0}
+    new = _revision(manifest)
+    pending = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+            }
+        ],
+    }
+    leaving = pod("tiny-old-1", "0ld0ld0ld0", {"phase": "Running"})
+    leaving["metadata"]["deletionTimestamp"] = NOW
+    observed = [deployment("0ld0ld0ld0", 1, 1), deployment(new, 1, 0)]
+    waiting = _plan(manifest, observed, [pod("tiny-new-1", new, pending), leaving])
+    assert _condition(waiting.status, "Degraded") == ("False", "AsExpected")
+    stuck = _plan(manifest, observed, [pod("tiny-new-1", new, pending)])  # nothing is coming free
+    assert _condition(stuck.status, "Degraded") == ("True", "Unschedulable")
+
+
 def test_a_serving_revision_stays_stable_while_it_scales() -> None:
     manifest = example("tiny-cpu.yaml")
     revision = _revision(manifest)

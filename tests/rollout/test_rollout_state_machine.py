@@ -18,7 +18,6 @@ from kubeinfer_operator.rollout.state_machine import (
     RolloutSpec,
     RolloutState,
     Step,
-    Strategy,
     command_from_annotations,
 )
 
@@ -297,15 +296,6 @@ def test_a_newer_revision_replaces_the_canary_mid_rollout() -> None:
     assert sim.run_until(phase_is(Phase.PROMOTED)).state.stable_revision == "rev-c"
 
 
-def test_rolling_update_hands_replicas_over_without_steps() -> None:
-    sim = started(replace(SPEC, strategy=Strategy.ROLLING_UPDATE), desired=3, load_s=30.0)
-    decision = sim.tick()
-    assert decision.state.phase is Phase.PROMOTING
-    sim.run_until(phase_is(Phase.PROMOTED))
-    assert sim.windows == [], "no analysis on a rolling update"
-    assert all(d.state.stable_replicas + d.state.canary_replicas <= 4 for d in sim.history)
-
-
 def test_promotion_stuck_on_capacity_reports_degraded_but_keeps_stable_serving() -> None:
     sim = started(SPEC, desired=2, load_s=30.0)
     sim.command = Command.PROMOTE
@@ -347,9 +337,3 @@ def test_editing_the_rollout_spec_mid_rollout_is_safe() -> None:
     decision = sim.tick()
     assert decision.state.step_index == 0 and decision.state.phase is Phase.PROGRESSING
     assert sim.run_until(phase_is(Phase.PROMOTED)).state.stable_revision == "rev-b"
-
-    sim.target = "rev-c"
-    sim.tick()
-    sim.spec = replace(SPEC, strategy=Strategy.ROLLING_UPDATE, steps=())
-    assert sim.tick().state.phase is Phase.PROMOTING
-    assert sim.run_until(phase_is(Phase.PROMOTED)).state.stable_revision == "rev-c"

@@ -506,10 +506,15 @@ class Rollout(KubeModel):
     """Longest a step may go without progress, including loading the new revision's model, before
     the rollout is aborted."""
     max_surge: int = Field(1, ge=0, le=1000)
-    """Canary only: replicas allowed above the desired count while the two revisions run side by
-    side, i.e. GPUs a rollout may borrow. With at least the canary's size, stable stays whole through
-    the steps (an abort has all its capacity); 0 makes stable give up a replica before each canary
-    replica starts."""
+    """Replicas allowed above the desired count while two revisions run side by side, i.e. GPUs a
+    rollout may borrow: the replicas of all revisions together never exceed desired + maxSurge.
+    RollingUpdate: new replicas start in that room, and an old one goes once a new one is Ready.
+    Canary: with at least the canary's size, stable stays whole through the steps (an abort has all
+    its capacity); 0 makes stable give up a replica before each canary replica starts."""
+    max_unavailable: int | None = Field(None, ge=0, le=1000)
+    """RollingUpdate only: replicas that may be short of Ready while the new revision replaces the
+    old, below the desired count. Unset: 0, or 1 when maxSurge is 0 (a cluster with no spare GPU
+    then replaces one replica at a time). maxSurge and maxUnavailable must not both be 0."""
     traffic_routing: TrafficRouting | None = None
     """Canary only: how traffic is split between the revisions. Unset: the kubeinfer router."""
 
@@ -530,6 +535,19 @@ class Rollout(KubeModel):
             message="steps apply only to strategy Canary",
             holds=lambda s: s.strategy != "RollingUpdate" or s.steps is None,
             field=".steps",
+            reason="FieldValueForbidden",
+        ),
+        Rule(
+            cel="!has(self.maxUnavailable) || self.maxUnavailable > 0 || self.maxSurge > 0",
+            message="maxSurge and maxUnavailable must not both be 0: no replica could ever be replaced",
+            holds=lambda s: s.max_unavailable is None or s.max_unavailable > 0 or s.max_surge > 0,
+            field=".maxUnavailable",
+        ),
+        Rule(
+            cel="self.strategy != 'Canary' || !has(self.maxUnavailable)",
+            message="maxUnavailable applies only to strategy RollingUpdate",
+            holds=lambda s: s.strategy != "Canary" or s.max_unavailable is None,
+            field=".maxUnavailable",
             reason="FieldValueForbidden",
         ),
         Rule(

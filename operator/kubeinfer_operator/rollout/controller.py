@@ -55,7 +55,6 @@ class CanaryPlan:
 def rollout_spec(spec: InferenceServiceSpec) -> machine.RolloutSpec:
     rollout = spec.rollout
     return machine.RolloutSpec(
-        strategy=machine.Strategy(rollout.strategy),
         # A step without a pause waits for the promote annotation.
         steps=tuple(
             machine.Step(s.weight, parse_duration(s.pause) if s.pause else math.inf)

@@ -1,4 +1,5 @@
-"""The rollout state machine: a pure function from (spec, persisted state, observations) to a decision.
+"""The Canary rollout state machine: a pure function from (spec, persisted state, observations) to a decision.
+(A RollingUpdate keeps no state between reconciles: rollout/rolling_update.py.)
 
 The operator calls it on every reconcile tick::
 
@@ -53,11 +54,6 @@ class Phase(StrEnum):
     ROLLED_BACK = "RolledBack"
 
 
-class Strategy(StrEnum):
-    CANARY = "Canary"
-    ROLLING_UPDATE = "RollingUpdate"
-
-
 class Command(StrEnum):
     PROMOTE = "promote"
     ABORT = "abort"
@@ -78,7 +74,6 @@ class AnalysisSpec:
 
 @dataclass(frozen=True)
 class RolloutSpec:
-    strategy: Strategy = Strategy.CANARY
     steps: tuple[Step, ...] = (Step(10, 300.0), Step(50, 300.0))
     analysis: AnalysisSpec = field(default_factory=AnalysisSpec)
     progress_deadline_s: float = 600.0
@@ -86,7 +81,7 @@ class RolloutSpec:
     paused: bool = False
 
     def __post_init__(self) -> None:
-        if self.strategy is Strategy.CANARY and not self.steps:
+        if not self.steps:
             raise ValueError("rollout.steps: a Canary rollout needs at least one step")
         for i, step in enumerate(self.steps):
             if not 0 < step.weight <= 100:
@@ -279,11 +274,8 @@ def analysis_window(spec: RolloutSpec, state: RolloutState, now: float) -> tuple
 def reconcile(spec: RolloutSpec, state: RolloutState, obs: Observation) -> RolloutDecision:
     events: list[RolloutEvent] = []
     state = _follow_target(spec, state, obs, events)
-    if state.phase is Phase.PROGRESSING:  # the rollout spec may have been edited mid-rollout
-        if spec.strategy is Strategy.ROLLING_UPDATE:
-            state = replace(state, phase=Phase.PROMOTING)
-        else:
-            state = replace(state, step_index=min(state.step_index, len(spec.steps) - 1))
+    if state.phase is Phase.PROGRESSING:  # the steps may have been edited mid-rollout
+        state = replace(state, step_index=min(state.step_index, len(spec.steps) - 1))
     tick = _Tick.of(obs, state)
     if state.phase is Phase.PROGRESSING:
         state = _progressing(spec, state, tick, events)
@@ -328,21 +320,16 @@ def _follow_target(
                 "Normal", "RolloutRestarted", f"revision {target} replaces canary {state.canary_revision}"
             )
         )
-    if spec.strategy is Strategy.CANARY:
-        plan = ", ".join(f"{s.weight}%" for s in spec.steps)
-        events.append(
-            RolloutEvent(
-                "Normal",
-                "RolloutStarted",
-                f"canary {target} against stable {state.stable_revision}: steps {plan}, then promote",
-            )
+    plan = ", ".join(f"{s.weight}%" for s in spec.steps)
+    events.append(
+        RolloutEvent(
+            "Normal",
+            "RolloutStarted",
+            f"canary {target} against stable {state.stable_revision}: steps {plan}, then promote",
         )
-    else:
-        events.append(
-            RolloutEvent("Normal", "RolloutStarted", f"replacing {state.stable_revision} with {target}")
-        )
+    )
     return RolloutState(
-        phase=Phase.PROGRESSING if spec.strategy is Strategy.CANARY else Phase.PROMOTING,
+        phase=Phase.PROGRESSING,
         stable_revision=state.stable_revision,
         canary_revision=target,
         waiting_since=obs.now,
