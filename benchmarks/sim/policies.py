@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
+from kubeinfer_operator.autoscaling.forecast import Smoothing, forecast
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 from sim.cluster import STARTING, Cluster, ServerModel
 from sim.workload import Requests
@@ -51,6 +52,9 @@ class Ours:
     config: ScalingConfig
     interval_s: float = 15
     state: ScalingState = field(default_factory=ScalingState)
+    history_step_s: float = 30  # of the forecaster's range query (as the operator's)
+    season_s: float | None = None  # the traces are at most one season long: Holt's trend alone
+    smoothing: Smoothing = field(default_factory=Smoothing)
 
     def __post_init__(self) -> None:
         self.timer = Every(self.interval_s, first_s=7)  # not aligned with the scrapes
@@ -65,9 +69,24 @@ class Ours:
             starting=cluster.starting,
             signals=self.signals(t, cluster),
             metrics_error="" if cluster.scrapes else "no scrape yet",
+            forecast_rps=self.forecast(t, cluster) if self.config.predictive else None,
         )
         decision, self.state = decide(self.config, obs, self.state)
         return decision.desired
+
+    def forecast(self, t: float, cluster: Cluster) -> float | None:
+        """What the operator's range query gives the forecaster: arrivals per second in whole steps so far,
+        forecast to one model load from now (a step's rate is centred on its middle)."""
+        end = math.floor(t / self.history_step_s) * self.history_step_s
+        arrivals = cluster.requests.arrival[: cluster.arrived]
+        counts = np.bincount(
+            (arrivals[arrivals < end] // self.history_step_s).astype(int),
+            minlength=int(end / self.history_step_s),
+        )
+        horizon = t + cluster.model.load_delay_s - (end - self.history_step_s / 2)
+        return forecast(
+            counts / self.history_step_s, self.history_step_s, horizon, self.season_s, self.smoothing
+        )
 
     @staticmethod
     def signals(t: float, cluster: Cluster) -> dict[str, float] | None:

@@ -63,6 +63,24 @@ class Targets:
 
 
 @dataclass(frozen=True)
+class Predictive:
+    """A floor from forecast arrivals (autoscaling/forecast.py): at least the replicas the arrivals expected
+    one model load ahead need, so that load that repeats or keeps rising finds its replicas loaded; the
+    reactive signals add replicas above it. dryRun records the floor it would apply without applying it."""
+
+    requests_per_replica: float  # requests/s one replica carries at the targets (kubeinfer bench, backtest)
+    mode: Literal["active", "dryRun"] = "active"
+
+    def __post_init__(self) -> None:
+        if not self.requests_per_replica > 0:
+            raise ValueError(
+                f"scaling.predictive.requestsPerReplica must be > 0 (got {self.requests_per_replica!r})"
+            )
+        if self.mode not in ("active", "dryRun"):
+            raise ValueError(f"scaling.predictive.mode must be 'active' or 'dryRun' (got {self.mode!r})")
+
+
+@dataclass(frozen=True)
 class ScalingConfig:
     min_replicas: int = 1
     max_replicas: int = 10
@@ -90,6 +108,7 @@ class ScalingConfig:
     # plays this part): 0.5 runs 50% more replicas, so a burst is served while new replicas still load.
     headroom: float = 0.0
     mode: Literal["active", "dryRun"] = "active"
+    predictive: Predictive | None = None  # None: reactive only
 
     def __post_init__(self) -> None:
         def require(ok: bool, name: str, what: str) -> None:
@@ -124,6 +143,8 @@ class Observation:
     unschedulable_reason: str = ""  # the scheduler's message, e.g. "Insufficient nvidia.com/gpu"
     signals: Mapping[str, float] | None = None  # None: metrics unavailable
     metrics_error: str = ""
+    # Arrivals per second forecast one model load ahead (forecast.py), for config.predictive; None: none.
+    forecast_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +208,7 @@ class Decision:
     reason: str
     conditions: tuple[Condition, ...]
     act: bool  # write desired to the Deployment (False when unchanged or in dryRun)
+    floor: int | None = None  # replicas the forecast needs (config.predictive), applied or, in dryRun, not
 
     @property
     def driver(self) -> Term | None:
@@ -235,6 +257,15 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
     if recommendation < current and desired > recommendation:
         notes.append(f"scale-down stabilizing ({config.scale_down_window_s:g}s window)")
     desired = _limit(config, obs, after, terms, desired, notes)
+    floor = _floor(config, obs)
+    if floor is not None and floor > desired:
+        assert config.predictive is not None and obs.forecast_rps is not None
+        forecast = f"forecast {obs.forecast_rps:.3g} req/s needs {floor}"
+        if config.predictive.mode == "active":
+            desired = floor
+            notes.append(f"{forecast}: floor applied")
+        else:
+            notes.append(f"{forecast}: floor not applied (predictive dryRun)")
 
     conditions = (available, limited or _range(config, raw))
     driver = max(terms, key=lambda t: t.proposal)
@@ -245,7 +276,7 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
     reason = "; ".join([f"{_verb(current, desired)}: {why} proposes {driver.proposal}", *notes])
     if config.headroom:
         reason += f"; headroom {config.headroom:.0%}"
-    decision = _decision(config, obs, desired, tuple(terms), reason, conditions)
+    decision = replace(_decision(config, obs, desired, tuple(terms), reason, conditions), floor=floor)
     state = replace(after, recommendations=history, watching_since=watching_since, last_time=obs.now)
     return decision, state
 
@@ -329,6 +360,13 @@ def _limit(
             desired = min(safe, current)
             notes.append(f"kept {desired} so the remaining replicas stay under every target")
     return _clamp(config, desired)
+
+
+def _floor(config: ScalingConfig, obs: Observation) -> int | None:
+    """Replicas the forecast arrivals need, within min/max; None without predictive or a forecast."""
+    if config.predictive is None or obs.forecast_rps is None or not math.isfinite(obs.forecast_rps):
+        return None
+    return _clamp(config, math.ceil(obs.forecast_rps / config.predictive.requests_per_replica))
 
 
 def _clamp(config: ScalingConfig, n: int) -> int:
