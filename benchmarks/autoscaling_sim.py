@@ -29,13 +29,15 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).parent))  # the sim package next to this script
 
-from kubeinfer_operator.autoscaling import ScalingConfig, Targets
+from kubeinfer_operator.autoscaling import Predictive, ScalingConfig, Targets
 from sim.cluster import Cluster, Policy, Result, ServerModel
 from sim.policies import ConcurrencyTarget, Fixed, Oracle, Ours, ReactiveBound, WaitingThreshold
 from sim.workload import TRACES, Shape, load_profile, make_requests
 
 ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
-HEADLINE = ("ours", "concurrency", "waiting", "reactive", "oracle")
+HEADLINE = ("ours", "predictive", "concurrency", "waiting", "reactive", "oracle")
+# With the forecast floor holding what the forecast needs, replicas above it can go after a minute.
+PREDICTIVE_SCALE_DOWN_WINDOW_S = 60
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,14 @@ class Setup:
     waiting_threshold: float
     dt: float
 
+    def predictive_config(self) -> ScalingConfig:
+        """Ours with the forecast floor: requestsPerReplica is what a replica serves at the utilization the
+        KV target is calibrated at (as an SRE reads it off a load test)."""
+        predictive = Predictive(self.replica_rps * self.calibration.utilization)
+        return replace(
+            self.our_config(), predictive=predictive, scale_down_window_s=PREDICTIVE_SCALE_DOWN_WINDOW_S
+        )
+
     def our_config(self, headroom: float = 0.0) -> ScalingConfig:
         # Queue time and the oldest wait get a quarter and a half of the TTFT budget; prefill needs the rest.
         targets = Targets(
@@ -106,6 +116,7 @@ Lineup = Callable[[Setup, np.ndarray], dict[str, Policy]]
 def headline(setup: Setup, load: np.ndarray) -> dict[str, Policy]:
     return {
         "ours": Ours(setup.our_config()),
+        "predictive": Ours(setup.predictive_config()),
         "concurrency": ConcurrencyTarget(setup.calibration.in_flight, 1, setup.max_replicas),
         "waiting": WaitingThreshold(setup.waiting_threshold, 1, setup.max_replicas),
         "reactive": setup.bound(load, setup.calibration.utilization),
@@ -237,7 +248,7 @@ def plot_frontier(summary: dict[tuple[float, str, str], dict[str, float]], delay
         )
         ax.plot(*_curve(cells, "ours"), "o-", label="ours, headroom 0 and up")
         ax.plot(*_curve(cells, "reactive"), "s--", label="reactive bound, utilization 0.95 and down")
-        for name, marker in (("concurrency", "^"), ("waiting", "v"), ("oracle", "*")):
+        for name, marker in (("predictive", "D"), ("concurrency", "^"), ("waiting", "v"), ("oracle", "*")):
             if name in cells:
                 ax.plot(cells[name]["vs_oracle"], cells[name]["attainment"], marker, ms=9, label=name)
         ax.set_xscale("log")
@@ -327,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seed, args.seed + args.seeds)
     lineup = with_standing_capacity(args.headrooms, args.bound_utilizations)
     oracle_runs = len(ORACLE_UTILIZATIONS)
-    runs_per_seed = oracle_runs + 4 + len(args.headrooms) + len(args.bound_utilizations)
+    runs_per_seed = oracle_runs + 5 + len(args.headrooms) + len(args.bound_utilizations)
     runs_per_seed += len(args.load_delays) * (oracle_runs + 2)
     rows: list[Row] = []
     with tqdm(total=len(traces) * len(seeds) * runs_per_seed, desc="simulating", unit="run") as progress:

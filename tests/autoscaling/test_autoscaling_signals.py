@@ -15,7 +15,7 @@ from urllib3.util.retry import Retry
 
 from kubeinfer_operator.autoscaling import MetricsUnavailable, engine_metrics, fetch_signals
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
-from kubeinfer_operator.autoscaling.signals import queries
+from kubeinfer_operator.autoscaling.signals import arrivals_query, fetch_arrivals_history, queries
 
 Answer = Callable[[str], tuple[int, list[dict]]]  # PromQL -> (HTTP status, result vector)
 
@@ -146,3 +146,31 @@ def test_slo_readings_are_queried_per_service_over_the_slo_window() -> None:
     # vLLM exports no failure counter: no error rate is made up for it.
     vllm = slo_queries(engine_metrics("vllm"), "prod", "chat", "5m")
     assert "errorRate" not in vllm and "vllm:time_to_first_token_seconds_bucket" in vllm["ttftP95"]
+
+
+def test_the_forecast_history_is_the_served_rate_of_every_track() -> None:
+    query = arrivals_query(engine_metrics("builtin"), "team-a", "chat")
+    assert query == (
+        'sum(rate(kubeinfer_requests_total{namespace="team-a",inferenceservice="chat",'
+        'outcome!="rejected"}[1m]))'
+    )
+    assert "track" not in query
+
+
+def test_the_history_is_one_value_per_step_with_gaps_as_nan(
+    prometheus: Callable[[Answer], PrometheusConnect],
+) -> None:
+    asked: list[str] = []
+    now = 1_700_000_600.0
+    # Prometheus leaves out the steps where the series had no sample (here the third of five).
+    series = [[now - 120, "4"], [now - 90, "5"], [now - 30, "7"], [now, "8"]]
+
+    def answer(query: str) -> tuple[int, list[dict]]:
+        asked.append(query)
+        return 200, [{"metric": {}, "values": series}]
+
+    history = fetch_arrivals_history(
+        prometheus(answer), engine_metrics("builtin"), "team-a", "chat", now, 120, 30
+    )
+    assert asked == [arrivals_query(engine_metrics("builtin"), "team-a", "chat")]
+    assert history[:2] == [4.0, 5.0] and math.isnan(history[2]) and history[3:] == [7.0, 8.0]
