@@ -27,14 +27,19 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).parent))  # the sim package next to this script
-
 from kubeinfer_operator.autoscaling import Predictive, ScalingConfig, Targets
-from sim.cluster import Cluster, Policy, Result, ServerModel
-from sim.policies import ConcurrencyTarget, Fixed, Oracle, Ours, ReactiveBound, WaitingThreshold
-from sim.workload import TRACES, Shape, load_profile, make_requests
+from kubeinfer_operator.autoscaling.sim.cluster import Cluster, Policy, Result, ServerModel
+from kubeinfer_operator.autoscaling.sim.policies import (
+    ORACLE_UTILIZATIONS,
+    ConcurrencyTarget,
+    Fixed,
+    Ours,
+    ReactiveBound,
+    WaitingThreshold,
+    cheapest_oracle,
+)
+from kubeinfer_operator.autoscaling.sim.workload import TRACES, Shape, load_profile, make_requests
 
-ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
 HEADLINE = ("ours", "predictive", "concurrency", "waiting", "reactive", "oracle")
 # With the forecast floor holding what the forecast needs, replicas above it can go after a minute.
 PREDICTIVE_SCALE_DOWN_WINDOW_S = 60
@@ -152,18 +157,9 @@ def simulate_trace(
         progress.update()
         return result
 
-    # The oracle: the highest utilization (cheapest plan) that still meets the attainment goal.
-    oracle: Result | None = None
-    for u in ORACLE_UTILIZATIONS:
-        plan = Oracle.build(requests, setup.model, seconds, u, min_replicas=1)
-        result = run(plan, plan.initial())
-        if oracle is None or result.attainment(setup.ttft_slo_s) > oracle.attainment(setup.ttft_slo_s):
-            oracle = result
-        if result.attainment(setup.ttft_slo_s) >= setup.goal:
-            oracle = result
-            break
-    progress.update(len(ORACLE_UTILIZATIONS) - 1 - ORACLE_UTILIZATIONS.index(u))
-    assert oracle is not None
+    search = cheapest_oracle(requests, setup.model, seconds, setup.ttft_slo_s, setup.goal, run)
+    progress.update(len(ORACLE_UTILIZATIONS) - search.runs)
+    oracle = search.result
 
     initial = math.ceil(load[:60].mean() / setup.calibration.utilization)
     results = {name: run(policy, initial) for name, policy in lineup(setup, load).items()} | {

@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 
 from kubeinfer_operator.autoscaling import Predictive, ScalingConfig
+from kubeinfer_operator.autoscaling.sim.cluster import Cluster, Policy, Result, ServerModel
+from kubeinfer_operator.autoscaling.sim.policies import Fixed, Ours, ReactiveBound
+from kubeinfer_operator.autoscaling.sim.workload import Shape, make_requests
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-from sim.cluster import Cluster, Policy, Result, ServerModel  # noqa: E402
-from sim.policies import Fixed, Ours, ReactiveBound  # noqa: E402
-from sim.workload import Shape, make_requests  # noqa: E402
 
 
 def simulate(

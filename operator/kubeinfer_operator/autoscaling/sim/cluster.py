@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.workload import Requests
+from kubeinfer_operator.autoscaling.sim.workload import Requests
 
 NONE, STARTING, READY, DRAINING = 0, 1, 2, 3
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,8 +12,8 @@ import numpy as np
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
 from kubeinfer_operator.autoscaling.forecast import Smoothing, forecast
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
-from sim.cluster import STARTING, Cluster, ServerModel
-from sim.workload import Requests
+from kubeinfer_operator.autoscaling.sim.cluster import STARTING, Cluster, Policy, Result, ServerModel
+from kubeinfer_operator.autoscaling.sim.workload import Requests
 
 
 class Every:
@@ -217,6 +218,37 @@ class Oracle:
         # What is needed from the previous bucket (its requests still run) to one load delay from now.
         ahead = math.ceil(self.load_delay_s / self.bucket_s)
         return int(self.plan[max(k - 1, 0) : k + ahead + 1].max())
+
+
+ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    result: Result
+    runs: int  # simulations it took
+
+
+def cheapest_oracle(
+    requests: Requests,
+    model: ServerModel,
+    seconds: float,
+    ttft_slo_s: float,
+    goal: float,
+    run: Callable[[Policy, int], Result],
+) -> OracleRun:
+    """The oracle at the highest utilization (cheapest plan) that still meets the attainment goal, or the
+    best one tried; `run(policy, initial)` simulates one."""
+    best: Result | None = None
+    for tried, u in enumerate(ORACLE_UTILIZATIONS, start=1):
+        plan = Oracle.build(requests, model, seconds, u, min_replicas=1)
+        result = run(plan, plan.initial())
+        if result.attainment(ttft_slo_s) >= goal:
+            return OracleRun(result, tried)
+        if best is None or result.attainment(ttft_slo_s) > best.attainment(ttft_slo_s):
+            best = result
+    assert best is not None
+    return OracleRun(best, len(ORACLE_UTILIZATIONS))
 
 
 @dataclass
