@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from collections.abc import Callable
 
 import pytest
 from prometheus_api_client import PrometheusConnect
@@ -17,7 +13,7 @@ from kubeinfer_operator.autoscaling import MetricsUnavailable, engine_metrics, f
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 from kubeinfer_operator.autoscaling.signals import arrivals_query, fetch_arrivals_history, queries
 
-Answer = Callable[[str], tuple[int, list[dict]]]  # PromQL -> (HTTP status, result vector)
+Answer = Callable[[str], tuple[int, list[dict]]]  # as the prometheus fixture (conftest.py) takes it
 
 
 def test_builtin_queries_select_the_service_by_relabelled_labels() -> None:
@@ -51,35 +47,6 @@ def test_vllm_queries_use_vllm_names_and_have_no_age_gauge() -> None:
 def test_unknown_engine_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"spec\.runtime\.engine"):
         engine_metrics("tgi")
-
-
-@pytest.fixture
-def prometheus() -> Iterator[Callable[[Answer], PrometheusConnect]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def serve(answer: Answer) -> PrometheusConnect:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                query = parse_qs(urlparse(self.path).query)["query"][0]
-                status, result = answer(query)
-                body = {"status": "success", "data": {"resultType": "vector", "result": result}}
-                payload = json.dumps(body if status == 200 else {"status": "error", "error": "bad"}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        servers.append(server)
-        return PrometheusConnect(f"http://127.0.0.1:{server.server_port}", retry=Retry(total=0))
-
-    yield serve
-    for server in servers:
-        server.shutdown()
 
 
 def sample(value: str) -> list[dict]:
