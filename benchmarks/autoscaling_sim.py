@@ -40,9 +40,12 @@ from kubeinfer_operator.autoscaling.sim.policies import (
 )
 from kubeinfer_operator.autoscaling.sim.workload import TRACES, Shape, load_profile, make_requests
 
-HEADLINE = ("ours", "predictive", "concurrency", "waiting", "reactive", "oracle")
+HEADLINE = ("ours", "router", "predictive", "concurrency", "waiting", "reactive", "oracle")
 # With the forecast floor holding what the forecast needs, replicas above it can go after a minute.
 PREDICTIVE_SCALE_DOWN_WINDOW_S = 60
+# Sized from the router's counts: decisions every 5 s, replicas above the rate's need go after 15 s.
+ROUTER_INTERVAL_S = 5
+ROUTER_SCALE_DOWN_WINDOW_S = 15
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,27 @@ class Setup:
     waiting_threshold: float
     dt: float
 
+    def requests_per_replica(self) -> float:
+        """What a replica serves at the utilization the KV target is calibrated at (as an SRE reads
+        requestsPerReplica off a load test)."""
+        return self.replica_rps * self.calibration.utilization
+
     def predictive_config(self) -> ScalingConfig:
-        """Ours with the forecast floor: requestsPerReplica is what a replica serves at the utilization the
-        KV target is calibrated at (as an SRE reads it off a load test)."""
-        predictive = Predictive(self.replica_rps * self.calibration.utilization)
+        """Ours with the forecast floor (Prometheus signals only)."""
         return replace(
-            self.our_config(), predictive=predictive, scale_down_window_s=PREDICTIVE_SCALE_DOWN_WINDOW_S
+            self.our_config(),
+            requests_per_replica=self.requests_per_replica(),
+            predictive=Predictive(),
+            scale_down_window_s=PREDICTIVE_SCALE_DOWN_WINDOW_S,
+        )
+
+    def router_config(self) -> ScalingConfig:
+        """Ours sized from the router's arrival counts (read every ROUTER_INTERVAL_S): the count follows the
+        rate, so replicas above it can go after a short window."""
+        return replace(
+            self.our_config(),
+            requests_per_replica=self.requests_per_replica(),
+            scale_down_window_s=ROUTER_SCALE_DOWN_WINDOW_S,
         )
 
     def our_config(self, headroom: float = 0.0) -> ScalingConfig:
@@ -121,6 +139,7 @@ Lineup = Callable[[Setup, np.ndarray], dict[str, Policy]]
 def headline(setup: Setup, load: np.ndarray) -> dict[str, Policy]:
     return {
         "ours": Ours(setup.our_config()),
+        "router": Ours(setup.router_config(), interval_s=ROUTER_INTERVAL_S, router=True),
         "predictive": Ours(setup.predictive_config()),
         "concurrency": ConcurrencyTarget(setup.calibration.in_flight, 1, setup.max_replicas),
         "waiting": WaitingThreshold(setup.waiting_threshold, 1, setup.max_replicas),
@@ -244,7 +263,8 @@ def plot_frontier(summary: dict[tuple[float, str, str], dict[str, float]], delay
         )
         ax.plot(*_curve(cells, "ours"), "o-", label="ours, headroom 0 and up")
         ax.plot(*_curve(cells, "reactive"), "s--", label="reactive bound, utilization 0.95 and down")
-        for name, marker in (("predictive", "D"), ("concurrency", "^"), ("waiting", "v"), ("oracle", "*")):
+        markers = {"router": "P", "predictive": "D", "concurrency": "^", "waiting": "v", "oracle": "*"}
+        for name, marker in markers.items():
             if name in cells:
                 ax.plot(cells[name]["vs_oracle"], cells[name]["attainment"], marker, ms=9, label=name)
         ax.set_xscale("log")
@@ -334,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seed, args.seed + args.seeds)
     lineup = with_standing_capacity(args.headrooms, args.bound_utilizations)
     oracle_runs = len(ORACLE_UTILIZATIONS)
-    runs_per_seed = oracle_runs + 5 + len(args.headrooms) + len(args.bound_utilizations)
+    runs_per_seed = oracle_runs + 6 + len(args.headrooms) + len(args.bound_utilizations)
     runs_per_seed += len(args.load_delays) * (oracle_runs + 2)
     rows: list[Row] = []
     with tqdm(total=len(traces) * len(seeds) * runs_per_seed, desc="simulating", unit="run") as progress:

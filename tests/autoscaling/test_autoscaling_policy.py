@@ -343,7 +343,7 @@ def test_a_scale_down_held_at_min_replicas_is_recorded_in_replicas_not_in_the_si
     assert (record["signal"], record["value"], record["target"]) == ("minReplicas", "0", "2")
 
 
-PREDICTIVE = replace(CONFIG, predictive=Predictive(requests_per_replica=2.0))
+PREDICTIVE = replace(CONFIG, requests_per_replica=2.0, predictive=Predictive())
 
 
 def test_a_forecast_floor_adds_replicas_before_the_signals_ask() -> None:
@@ -362,7 +362,7 @@ def test_the_reactive_signals_add_above_the_floor_and_scale_down_stops_at_it() -
 
 
 def test_a_dry_run_floor_is_recorded_and_not_applied() -> None:
-    config = replace(CONFIG, predictive=Predictive(requests_per_replica=2.0, mode="dryRun"))
+    config = replace(CONFIG, requests_per_replica=2.0, predictive=Predictive(mode="dryRun"))
     decision, _ = decide(config, replace(observe(**QUIET), forecast_rps=19.0), WATCHED)
     reactive, _ = decide(CONFIG, observe(**QUIET), WATCHED)
     assert (decision.desired, decision.floor) == (reactive.desired, 10)  # the reactive count, unchanged
@@ -372,5 +372,7 @@ def test_a_dry_run_floor_is_recorded_and_not_applied() -> None:
 def test_without_a_forecast_or_predictive_there_is_no_floor() -> None:
     assert decide(PREDICTIVE, observe(**QUIET), WATCHED)[0].floor is None
     assert decide(CONFIG, replace(observe(**QUIET), forecast_rps=19.0), WATCHED)[0].floor is None
-    with pytest.raises(ValueError, match="requestsPerReplica must be > 0"):
-        Predictive(requests_per_replica=0)
+    with pytest.raises(ValueError, match="requests_per_replica is needed by predictive"):
+        replace(CONFIG, predictive=Predictive())
+    with pytest.raises(ValueError, match="requests_per_replica must be > 0"):
+        replace(CONFIG, requests_per_replica=0.0)

@@ -71,7 +71,7 @@ def test_the_cli_compares_every_policy_on_a_short_step(tmp_path: Path) -> None:
     command += ["--json", str(out), "--plot-dir", str(tmp_path)]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     summary = {(row["load_delay_s"], row["policy"]): row for row in json.loads(out.read_text())["summary"]}
-    headline = {"ours", "predictive", "concurrency", "waiting", "reactive", "oracle"}
+    headline = {"ours", "router", "predictive", "concurrency", "waiting", "reactive", "oracle"}
     assert set(summary) == {(60, p) for p in headline | {"ours+1", "reactive@0.65"}} | {
         (10, p) for p in ("ours", "reactive", "oracle")
     }
@@ -93,7 +93,7 @@ def test_the_forecast_floor_orders_replicas_ahead_of_a_ramp() -> None:
     prompt, output = shape.draw(20_000, np.random.default_rng(0))
     replica_rps = 1 / float(model.work_s(prompt, output).mean())
     reactive = ScalingConfig(max_replicas=40)
-    predictive = replace(reactive, predictive=Predictive(replica_rps * 0.85))
+    predictive = replace(reactive, requests_per_replica=replica_rps * 0.85, predictive=Predictive())
     plain, floored = simulate(ramp, 3, Ours(reactive)), simulate(ramp, 3, Ours(predictive))
     assert floored.attainment(1.0) > 0.99
     assert floored.attainment(1.0) > plain.attainment(1.0)

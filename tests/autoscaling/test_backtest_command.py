@@ -56,7 +56,7 @@ def test_the_chosen_config_is_what_is_replayed(tmp_path: Path, capsys: pytest.Ca
     ramp = profile(tmp_path / "ramp.csv", [(0, 5), (300, 5), (900, 26), (1200, 26)])
     plain = run_json(capsys, "--trace", str(ramp), "-f", str(manifest(tmp_path / "a.yaml")))
     # What requestsPerReplica a replica carries here: ~2.25 req/s (85% of full batch, this engine on CPU).
-    floored = manifest(tmp_path / "b.yaml", predictive={"requestsPerReplica": 2.25})
+    floored = manifest(tmp_path / "b.yaml", requestsPerReplica=2.25, predictive={})
     predictive = run_json(capsys, "--trace", str(ramp), "-f", str(floored))
     assert predictive["config"]["attainment"] > plain["config"]["attainment"]
     capped = run_json(capsys, "--trace", str(ramp), "-f", str(manifest(tmp_path / "c.yaml", maxReplicas=2)))

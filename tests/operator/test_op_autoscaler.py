@@ -280,11 +280,14 @@ def test_the_slo_as_measured_is_shown_beside_the_signals() -> None:
 
 
 def test_predictive_maps_onto_the_policy_and_a_dry_run_floor_shows_in_status() -> None:
-    obj = manifest(
-        predictive={"requestsPerReplica": 2.5, "mode": "dryRun", "season": "24h", "history": "48h"}
-    )
-    predictive = scaling_config(spec(obj)).predictive
-    assert predictive is not None and (predictive.requests_per_replica, predictive.mode) == (2.5, "dryRun")
+    predictive = {"mode": "dryRun", "season": "24h", "history": "48h"}
+    obj = manifest(requestsPerReplica=2.5, predictive=predictive)
+    config = scaling_config(spec(obj))
+    assert config.predictive is not None and config.predictive.mode == "dryRun"
+    assert config.requests_per_replica == 2.5
+    without = manifest(predictive=predictive)
+    with pytest.raises(ValueError, match="predictive needs requestsPerReplica"):
+        spec(without)
     plan = plan_tick(
         isvc(obj, None), spec(obj), 1, PodCounts(1, 0, ""), IDLE, "", ScalingState(), NOW, None, 9.0
     )

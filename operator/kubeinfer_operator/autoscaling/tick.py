@@ -66,9 +66,8 @@ def scaling_config(spec: InferenceServiceSpec) -> ScalingConfig:
         scale_down_window_s=parse_duration(scaling.scale_down_window),
         max_scale_up_factor=scaling.max_scale_up_rate,
         headroom=scaling.headroom,
-        predictive=None
-        if scaling.predictive is None
-        else Predictive(scaling.predictive.requests_per_replica, scaling.predictive.mode),
+        requests_per_replica=scaling.requests_per_replica,
+        predictive=None if scaling.predictive is None else Predictive(scaling.predictive.mode),
         # A pinned spec.replicas wins over the autoscaler: it then only watches.
         mode="dryRun" if spec.replicas is not None else scaling.mode,
     )

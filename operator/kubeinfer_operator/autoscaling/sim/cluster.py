@@ -113,6 +113,12 @@ class Cluster:
         return int(np.count_nonzero(self.status == STARTING))
 
     @property
+    def starting_ages(self) -> tuple[float, ...]:
+        """Seconds each starting replica has been loading (the operator reads pods' creation times)."""
+        created = self.ready_at[self.status == STARTING] - self.model.load_delay_s
+        return tuple(float(self.t - c) for c in created)
+
+    @property
     def waiting(self) -> int:
         return self.arrived - self.head
 

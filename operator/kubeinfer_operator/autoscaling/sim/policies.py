@@ -11,7 +11,16 @@ import numpy as np
 
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
 from kubeinfer_operator.autoscaling.forecast import Smoothing, forecast
-from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
+from kubeinfer_operator.autoscaling.policy import (
+    ARRIVALS,
+    ARRIVALS_MINUTE,
+    ARRIVALS_WINDOW_S,
+    KV_USAGE,
+    OLDEST_WAIT,
+    QUEUE_TIME,
+    SERVED,
+    WAITING,
+)
 from kubeinfer_operator.autoscaling.sim.cluster import STARTING, Cluster, Policy, Result, ServerModel
 from kubeinfer_operator.autoscaling.sim.workload import Requests
 
@@ -53,6 +62,7 @@ class Ours:
     config: ScalingConfig
     interval_s: float = 15
     state: ScalingState = field(default_factory=ScalingState)
+    router: bool = False  # also read the router's arrival counts and queue at each decision (no scrape)
     history_step_s: float = 30  # of the forecaster's range query (as the operator's)
     season_s: float | None = None  # the traces are at most one season long: Holt's trend alone
     smoothing: Smoothing = field(default_factory=Smoothing)
@@ -68,7 +78,8 @@ class Ours:
             replicas=cluster.replicas,
             ready=cluster.ready,
             starting=cluster.starting,
-            signals=self.signals(t, cluster),
+            starting_ages=cluster.starting_ages,
+            signals=self.signals(t, cluster, self.router),
             metrics_error="" if cluster.scrapes else "no scrape yet",
             forecast_rps=self.forecast(t, cluster) if self.config.predictive else None,
         )
@@ -90,8 +101,8 @@ class Ours:
         )
 
     @staticmethod
-    def signals(t: float, cluster: Cluster) -> dict[str, float] | None:
-        """What signals.queries would return at time t."""
+    def signals(t: float, cluster: Cluster, router: bool = False) -> dict[str, float] | None:
+        """What signals.queries would return at time t; with `router`, the router's own counts too."""
         s = cluster.latest_scrape
         if s is None:
             return None
@@ -104,6 +115,14 @@ class Ours:
             KV_USAGE: float(np.mean(kv)) if kv else math.nan,  # avg_over_time(...[1m])
             WAITING: s.waiting,
         }
+        if router and t > 0:
+            arrived = cluster.requests.arrival[: cluster.arrived]
+            for signal, window in ((ARRIVALS, ARRIVALS_WINDOW_S), (ARRIVALS_MINUTE, 60.0)):
+                count = len(arrived) - int(np.searchsorted(arrived, t - window))
+                raw[signal] = count / min(window, t)
+            # The router holds the queue: its length and oldest wait are read live too.
+            raw[WAITING] = cluster.waiting
+            raw[OLDEST_WAIT] = t - cluster.requests.arrival[cluster.head] if cluster.waiting else 0.0
         return {k: v for k, v in raw.items() if not math.isnan(v)}
 
 
