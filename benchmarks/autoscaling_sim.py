@@ -40,7 +40,16 @@ from kubeinfer_operator.autoscaling.sim.policies import (
 )
 from kubeinfer_operator.autoscaling.sim.workload import TRACES, Shape, load_profile, make_requests
 
-HEADLINE = ("ours", "router", "predictive", "concurrency", "waiting", "reactive", "oracle")
+HEADLINE = (
+    "ours",
+    "router",
+    "predictive",
+    "predictive+router",
+    "concurrency",
+    "waiting",
+    "reactive",
+    "oracle",
+)
 # With the forecast floor holding what the forecast needs, replicas above it can go after a minute.
 PREDICTIVE_SCALE_DOWN_WINDOW_S = 60
 # Sized from the router's counts: decisions every 5 s, replicas above the rate's need go after 15 s.
@@ -141,6 +150,9 @@ def headline(setup: Setup, load: np.ndarray) -> dict[str, Policy]:
         "ours": Ours(setup.our_config()),
         "router": Ours(setup.router_config(), interval_s=ROUTER_INTERVAL_S, router=True),
         "predictive": Ours(setup.predictive_config()),
+        "predictive+router": Ours(
+            replace(setup.router_config(), predictive=Predictive()), interval_s=ROUTER_INTERVAL_S, router=True
+        ),
         "concurrency": ConcurrencyTarget(setup.calibration.in_flight, 1, setup.max_replicas),
         "waiting": WaitingThreshold(setup.waiting_threshold, 1, setup.max_replicas),
         "reactive": setup.bound(load, setup.calibration.utilization),
@@ -221,12 +233,12 @@ def print_grid(title: str, summary: dict[tuple[float, str, str], dict[str, float
     """One row per policy, one column per trace: attainment / replica-s relative to the oracle."""
     cells = {(p, t): g for (d, t, p), g in summary.items() if d == delay}
     traces = list(dict.fromkeys(t for _, t in cells))
-    print(f"\n{title}\n{'policy':<14}" + "".join(f"{t:>17}" for t in traces))
+    print(f"\n{title}\n{'policy':<18}" + "".join(f"{t:>17}" for t in traces))
     for policy in dict.fromkeys(p for p, _ in cells):
         line = "".join(
             f"{cells[policy, t]['attainment']:>10.1%} /{cells[policy, t]['vs_oracle']:>4.2f}x" for t in traces
         )
-        print(f"{policy:<14}{line}")
+        print(f"{policy:<18}{line}")
 
 
 def plot(trace: str, load: np.ndarray, results: dict[str, Result], path: Path) -> None:
@@ -263,7 +275,14 @@ def plot_frontier(summary: dict[tuple[float, str, str], dict[str, float]], delay
         )
         ax.plot(*_curve(cells, "ours"), "o-", label="ours, headroom 0 and up")
         ax.plot(*_curve(cells, "reactive"), "s--", label="reactive bound, utilization 0.95 and down")
-        markers = {"router": "P", "predictive": "D", "concurrency": "^", "waiting": "v", "oracle": "*"}
+        markers = {
+            "router": "P",
+            "predictive": "D",
+            "predictive+router": "X",
+            "concurrency": "^",
+            "waiting": "v",
+        }
+        markers["oracle"] = "*"
         for name, marker in markers.items():
             if name in cells:
                 ax.plot(cells[name]["vs_oracle"], cells[name]["attainment"], marker, ms=9, label=name)
@@ -354,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seed, args.seed + args.seeds)
     lineup = with_standing_capacity(args.headrooms, args.bound_utilizations)
     oracle_runs = len(ORACLE_UTILIZATIONS)
-    runs_per_seed = oracle_runs + 6 + len(args.headrooms) + len(args.bound_utilizations)
+    runs_per_seed = oracle_runs + 7 + len(args.headrooms) + len(args.bound_utilizations)
     runs_per_seed += len(args.load_delays) * (oracle_runs + 2)
     rows: list[Row] = []
     with tqdm(total=len(traces) * len(seeds) * runs_per_seed, desc="simulating", unit="run") as progress:
@@ -380,11 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         f"and {calibration.kv_usage:.2f} KV use (our KV target)"
     )
     print(f"means over seeds {list(seeds)}")
-    print(f"{'trace':<9}{'policy':<13}{'attainment':>11}{'worst':>8}", end="")
+    print(f"{'trace':<9}{'policy':<18}{'attainment':>11}{'worst':>8}", end="")
     print(f"{'replica-s':>11}{'vs oracle':>10}{'scalings':>9}")
     for (delay, trace, policy), g in summary.items():
         if delay == args.load_delay and policy in HEADLINE:
-            print(f"{trace:<9}{policy:<13}{g['attainment']:>10.2%}{g['worst']:>8.1%}", end="")
+            print(f"{trace:<9}{policy:<18}{g['attainment']:>10.2%}{g['worst']:>8.1%}", end="")
             print(f"{g['replica_s']:>11.0f}{g['vs_oracle']:>10.2f}{g['scale_events']:>9.0f}")
     print_grid(
         f"Attainment / replica-s vs oracle, model load {args.load_delay:g} s", summary, args.load_delay

@@ -71,7 +71,16 @@ def test_the_cli_compares_every_policy_on_a_short_step(tmp_path: Path) -> None:
     command += ["--json", str(out), "--plot-dir", str(tmp_path)]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     summary = {(row["load_delay_s"], row["policy"]): row for row in json.loads(out.read_text())["summary"]}
-    headline = {"ours", "router", "predictive", "concurrency", "waiting", "reactive", "oracle"}
+    headline = {
+        "ours",
+        "router",
+        "predictive",
+        "predictive+router",
+        "concurrency",
+        "waiting",
+        "reactive",
+        "oracle",
+    }
     assert set(summary) == {(60, p) for p in headline | {"ours+1", "reactive@0.65"}} | {
         (10, p) for p in ("ours", "reactive", "oracle")
     }
