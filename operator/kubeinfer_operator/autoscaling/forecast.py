@@ -19,8 +19,8 @@ class Smoothing:
     """Exponential smoothing weights, each in (0, 1]: higher follows the latest points more closely.
 
     Level and trend are weighted high because the floor must follow the knee of a ramp within a model
-    load: at 30 s steps, 0.6 / 0.6 kept 99.6% on the simulation's ramp where 0.5 / 0.3 lost 3 points
-    there (benchmarks/autoscaling_sim.py)."""
+    load: in the simulation's ramp (benchmarks/autoscaling_sim.py, seed 0) 0.6 / 0.6 at 30 s steps kept
+    99.8% of requests on target, 0.5 / 0.3 at 60 s steps 96.8%."""
 
     level: float = 0.6
     trend: float = 0.6
