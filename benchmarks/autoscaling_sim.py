@@ -27,15 +27,34 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).parent))  # the sim package next to this script
+from kubeinfer_operator.autoscaling import Predictive, ScalingConfig, Targets
+from kubeinfer_operator.autoscaling.sim.cluster import Cluster, Policy, Result, ServerModel
+from kubeinfer_operator.autoscaling.sim.policies import (
+    ORACLE_UTILIZATIONS,
+    ConcurrencyTarget,
+    Fixed,
+    Ours,
+    ReactiveBound,
+    WaitingThreshold,
+    cheapest_oracle,
+)
+from kubeinfer_operator.autoscaling.sim.workload import TRACES, Shape, load_profile, make_requests
 
-from kubeinfer_operator.autoscaling import ScalingConfig, Targets
-from sim.cluster import Cluster, Policy, Result, ServerModel
-from sim.policies import ConcurrencyTarget, Fixed, Oracle, Ours, ReactiveBound, WaitingThreshold
-from sim.workload import TRACES, Shape, load_profile, make_requests
-
-ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
-HEADLINE = ("ours", "concurrency", "waiting", "reactive", "oracle")
+HEADLINE = (
+    "ours",
+    "router",
+    "predictive",
+    "predictive+router",
+    "concurrency",
+    "waiting",
+    "reactive",
+    "oracle",
+)
+# With the forecast floor holding what the forecast needs, replicas above it can go after a minute.
+PREDICTIVE_SCALE_DOWN_WINDOW_S = 60
+# Sized from the router's counts: decisions every 5 s, replicas above the rate's need go after 15 s.
+ROUTER_INTERVAL_S = 5
+ROUTER_SCALE_DOWN_WINDOW_S = 15
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,29 @@ class Setup:
     waiting_threshold: float
     dt: float
 
+    def requests_per_replica(self) -> float:
+        """What a replica serves at the utilization the KV target is calibrated at (as an SRE reads
+        requestsPerReplica off a load test)."""
+        return self.replica_rps * self.calibration.utilization
+
+    def predictive_config(self) -> ScalingConfig:
+        """Ours with the forecast floor (Prometheus signals only)."""
+        return replace(
+            self.our_config(),
+            requests_per_replica=self.requests_per_replica(),
+            predictive=Predictive(),
+            scale_down_window_s=PREDICTIVE_SCALE_DOWN_WINDOW_S,
+        )
+
+    def router_config(self) -> ScalingConfig:
+        """Ours sized from the router's arrival counts (read every ROUTER_INTERVAL_S): the count follows the
+        rate, so replicas above it can go after a short window."""
+        return replace(
+            self.our_config(),
+            requests_per_replica=self.requests_per_replica(),
+            scale_down_window_s=ROUTER_SCALE_DOWN_WINDOW_S,
+        )
+
     def our_config(self, headroom: float = 0.0) -> ScalingConfig:
         # Queue time and the oldest wait get a quarter and a half of the TTFT budget; prefill needs the rest.
         targets = Targets(
@@ -106,6 +148,11 @@ Lineup = Callable[[Setup, np.ndarray], dict[str, Policy]]
 def headline(setup: Setup, load: np.ndarray) -> dict[str, Policy]:
     return {
         "ours": Ours(setup.our_config()),
+        "router": Ours(setup.router_config(), interval_s=ROUTER_INTERVAL_S, router=True),
+        "predictive": Ours(setup.predictive_config()),
+        "predictive+router": Ours(
+            replace(setup.router_config(), predictive=Predictive()), interval_s=ROUTER_INTERVAL_S, router=True
+        ),
         "concurrency": ConcurrencyTarget(setup.calibration.in_flight, 1, setup.max_replicas),
         "waiting": WaitingThreshold(setup.waiting_threshold, 1, setup.max_replicas),
         "reactive": setup.bound(load, setup.calibration.utilization),
@@ -141,18 +188,9 @@ def simulate_trace(
         progress.update()
         return result
 
-    # The oracle: the highest utilization (cheapest plan) that still meets the attainment goal.
-    oracle: Result | None = None
-    for u in ORACLE_UTILIZATIONS:
-        plan = Oracle.build(requests, setup.model, seconds, u, min_replicas=1)
-        result = run(plan, plan.initial())
-        if oracle is None or result.attainment(setup.ttft_slo_s) > oracle.attainment(setup.ttft_slo_s):
-            oracle = result
-        if result.attainment(setup.ttft_slo_s) >= setup.goal:
-            oracle = result
-            break
-    progress.update(len(ORACLE_UTILIZATIONS) - 1 - ORACLE_UTILIZATIONS.index(u))
-    assert oracle is not None
+    search = cheapest_oracle(requests, setup.model, seconds, setup.ttft_slo_s, setup.goal, run)
+    progress.update(len(ORACLE_UTILIZATIONS) - search.runs)
+    oracle = search.result
 
     initial = math.ceil(load[:60].mean() / setup.calibration.utilization)
     results = {name: run(policy, initial) for name, policy in lineup(setup, load).items()} | {
@@ -195,12 +233,12 @@ def print_grid(title: str, summary: dict[tuple[float, str, str], dict[str, float
     """One row per policy, one column per trace: attainment / replica-s relative to the oracle."""
     cells = {(p, t): g for (d, t, p), g in summary.items() if d == delay}
     traces = list(dict.fromkeys(t for _, t in cells))
-    print(f"\n{title}\n{'policy':<14}" + "".join(f"{t:>17}" for t in traces))
+    print(f"\n{title}\n{'policy':<18}" + "".join(f"{t:>17}" for t in traces))
     for policy in dict.fromkeys(p for p, _ in cells):
         line = "".join(
             f"{cells[policy, t]['attainment']:>10.1%} /{cells[policy, t]['vs_oracle']:>4.2f}x" for t in traces
         )
-        print(f"{policy:<14}{line}")
+        print(f"{policy:<18}{line}")
 
 
 def plot(trace: str, load: np.ndarray, results: dict[str, Result], path: Path) -> None:
@@ -237,7 +275,15 @@ def plot_frontier(summary: dict[tuple[float, str, str], dict[str, float]], delay
         )
         ax.plot(*_curve(cells, "ours"), "o-", label="ours, headroom 0 and up")
         ax.plot(*_curve(cells, "reactive"), "s--", label="reactive bound, utilization 0.95 and down")
-        for name, marker in (("concurrency", "^"), ("waiting", "v"), ("oracle", "*")):
+        markers = {
+            "router": "P",
+            "predictive": "D",
+            "predictive+router": "X",
+            "concurrency": "^",
+            "waiting": "v",
+        }
+        markers["oracle"] = "*"
+        for name, marker in markers.items():
             if name in cells:
                 ax.plot(cells[name]["vs_oracle"], cells[name]["attainment"], marker, ms=9, label=name)
         ax.set_xscale("log")
@@ -327,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(args.seed, args.seed + args.seeds)
     lineup = with_standing_capacity(args.headrooms, args.bound_utilizations)
     oracle_runs = len(ORACLE_UTILIZATIONS)
-    runs_per_seed = oracle_runs + 4 + len(args.headrooms) + len(args.bound_utilizations)
+    runs_per_seed = oracle_runs + 7 + len(args.headrooms) + len(args.bound_utilizations)
     runs_per_seed += len(args.load_delays) * (oracle_runs + 2)
     rows: list[Row] = []
     with tqdm(total=len(traces) * len(seeds) * runs_per_seed, desc="simulating", unit="run") as progress:
@@ -353,11 +399,11 @@ def main(argv: list[str] | None = None) -> int:
         f"and {calibration.kv_usage:.2f} KV use (our KV target)"
     )
     print(f"means over seeds {list(seeds)}")
-    print(f"{'trace':<9}{'policy':<13}{'attainment':>11}{'worst':>8}", end="")
+    print(f"{'trace':<9}{'policy':<18}{'attainment':>11}{'worst':>8}", end="")
     print(f"{'replica-s':>11}{'vs oracle':>10}{'scalings':>9}")
     for (delay, trace, policy), g in summary.items():
         if delay == args.load_delay and policy in HEADLINE:
-            print(f"{trace:<9}{policy:<13}{g['attainment']:>10.2%}{g['worst']:>8.1%}", end="")
+            print(f"{trace:<9}{policy:<18}{g['attainment']:>10.2%}{g['worst']:>8.1%}", end="")
             print(f"{g['replica_s']:>11.0f}{g['vs_oracle']:>10.2f}{g['scale_events']:>9.0f}")
     print_grid(
         f"Attainment / replica-s vs oracle, model load {args.load_delay:g} s", summary, args.load_delay

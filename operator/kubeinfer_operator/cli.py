@@ -23,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "kubeinfer_operator.status_command",
         "one screen: SLO measured vs targets, replicas, scaling decisions, rollout",
     ),
+    "backtest": (
+        "kubeinfer_operator.autoscaling.backtest_command",
+        "replay a trace or a service's history through the autoscaler with a chosen config",
+    ),
     "alerts": (
         "kubeinfer_operator.alerts_command",
         "the SLO's Prometheus rules: recording rules and burn-rate alerts",

@@ -3,6 +3,9 @@ analysis alike (prometheus-api-client underneath)."""
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+
 import requests
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
@@ -29,3 +32,26 @@ def instant(prom: PrometheusConnect, expr: str, at: float | None = None) -> floa
     except (requests.RequestException, PrometheusApiClientException) as error:
         raise MetricsUnavailable(f"Prometheus query failed: {error}") from error
     return float(result[0]["value"][1]) if result else None
+
+
+def range_values(prom: PrometheusConnect, expr: str, start: float, end: float, step_s: float) -> list[float]:
+    """One range query over [start, end] (epoch seconds) at step_s: the first series' value at each step,
+    NaN where it has no sample (a gap: the forecaster skips it); [] when the result is empty."""
+    try:
+        result = prom.custom_query_range(
+            expr,
+            start_time=dt.datetime.fromtimestamp(start, dt.UTC),
+            end_time=dt.datetime.fromtimestamp(end, dt.UTC),
+            step=f"{step_s:g}s",
+        )
+    except (requests.RequestException, PrometheusApiClientException) as error:
+        raise MetricsUnavailable(f"Prometheus range query failed: {error}") from error
+    if not result:
+        return []
+    steps = int((end - start) // step_s) + 1
+    values = [math.nan] * steps
+    for stamp, value in result[0]["values"]:
+        index = round((float(stamp) - start) / step_s)
+        if 0 <= index < steps:
+            values[index] = float(value)
+    return values

@@ -75,6 +75,16 @@ INVALID = [
     ),
     Invalid("canary-without-steps", {"spec.rollout.strategy": "Canary"}, "spec.rollout.steps"),
     Invalid(
+        "predictive-without-requests-per-replica",
+        {"spec.scaling.predictive": {"mode": "dryRun"}},
+        "spec.scaling.requestsPerReplica",
+    ),
+    Invalid(
+        "predictive-history-too-short",
+        {"spec.scaling.requestsPerReplica": 2.0, "spec.scaling.predictive": {"history": "1m"}},
+        "spec.scaling.predictive.history",
+    ),
+    Invalid(
         "steps-with-rolling-update",
         {"spec.rollout": {"strategy": "RollingUpdate", "steps": [{"weight": 10}]}},
         "spec.rollout.steps",

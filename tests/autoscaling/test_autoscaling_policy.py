@@ -7,7 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from kubeinfer_operator.autoscaling import Decision, Observation, ScalingConfig, ScalingState, Targets, decide
+from kubeinfer_operator.autoscaling import (
+    Decision,
+    Observation,
+    Predictive,
+    ScalingConfig,
+    ScalingState,
+    Targets,
+    decide,
+)
 from kubeinfer_operator.autoscaling.policy import BACKLOG, KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 from kubeinfer_operator.autoscaling.tick import decision_record
 
@@ -333,3 +341,38 @@ def test_a_scale_down_held_at_min_replicas_is_recorded_in_replicas_not_in_the_si
     record = decision_record(decision, config)
     assert decision.desired == 2
     assert (record["signal"], record["value"], record["target"]) == ("minReplicas", "0", "2")
+
+
+PREDICTIVE = replace(CONFIG, requests_per_replica=2.0, predictive=Predictive())
+
+
+def test_a_forecast_floor_adds_replicas_before_the_signals_ask() -> None:
+    quiet = replace(observe(**QUIET), forecast_rps=19.0)  # 19 req/s at 2 per replica: 10 replicas
+    decision, _ = decide(PREDICTIVE, quiet, WATCHED)
+    assert (decision.desired, decision.floor, decision.act) == (10, 10, True)
+    assert "forecast 19 req/s needs 10: floor applied" in decision.reason
+
+
+def test_the_reactive_signals_add_above_the_floor_and_scale_down_stops_at_it() -> None:
+    busy = replace(observe(**(QUIET | {KV_USAGE: 0.75})), forecast_rps=5.0)  # KV asks 6, the floor 3
+    assert decide(PREDICTIVE, busy, WATCHED)[0].desired == 6
+    idle = replace(observe(replicas=12, **QUIET), forecast_rps=15.0)  # quiet: would remove replicas
+    decision, _ = decide(replace(PREDICTIVE, max_scale_down_fraction=1.0), idle, WATCHED)
+    assert decision.desired == 8 and decision.floor == 8
+
+
+def test_a_dry_run_floor_is_recorded_and_not_applied() -> None:
+    config = replace(CONFIG, requests_per_replica=2.0, predictive=Predictive(mode="dryRun"))
+    decision, _ = decide(config, replace(observe(**QUIET), forecast_rps=19.0), WATCHED)
+    reactive, _ = decide(CONFIG, observe(**QUIET), WATCHED)
+    assert (decision.desired, decision.floor) == (reactive.desired, 10)  # the reactive count, unchanged
+    assert "floor not applied (predictive dryRun)" in decision.reason
+
+
+def test_without_a_forecast_or_predictive_there_is_no_floor() -> None:
+    assert decide(PREDICTIVE, observe(**QUIET), WATCHED)[0].floor is None
+    assert decide(CONFIG, replace(observe(**QUIET), forecast_rps=19.0), WATCHED)[0].floor is None
+    with pytest.raises(ValueError, match="requests_per_replica is needed by predictive"):
+        replace(CONFIG, predictive=Predictive())
+    with pytest.raises(ValueError, match="requests_per_replica must be > 0"):
+        replace(CONFIG, requests_per_replica=0.0)

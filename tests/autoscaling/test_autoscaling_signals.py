@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import math
-import threading
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from collections.abc import Callable
 
 import pytest
 from prometheus_api_client import PrometheusConnect
@@ -15,9 +11,9 @@ from urllib3.util.retry import Retry
 
 from kubeinfer_operator.autoscaling import MetricsUnavailable, engine_metrics, fetch_signals
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
-from kubeinfer_operator.autoscaling.signals import queries
+from kubeinfer_operator.autoscaling.signals import arrivals_query, fetch_arrivals_history, queries
 
-Answer = Callable[[str], tuple[int, list[dict]]]  # PromQL -> (HTTP status, result vector)
+Answer = Callable[[str], tuple[int, list[dict]]]  # as the prometheus fixture (conftest.py) takes it
 
 
 def test_builtin_queries_select_the_service_by_relabelled_labels() -> None:
@@ -51,35 +47,6 @@ def test_vllm_queries_use_vllm_names_and_have_no_age_gauge() -> None:
 def test_unknown_engine_names_the_field() -> None:
     with pytest.raises(ValueError, match=r"spec\.runtime\.engine"):
         engine_metrics("tgi")
-
-
-@pytest.fixture
-def prometheus() -> Iterator[Callable[[Answer], PrometheusConnect]]:
-    servers: list[ThreadingHTTPServer] = []
-
-    def serve(answer: Answer) -> PrometheusConnect:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                query = parse_qs(urlparse(self.path).query)["query"][0]
-                status, result = answer(query)
-                body = {"status": "success", "data": {"resultType": "vector", "result": result}}
-                payload = json.dumps(body if status == 200 else {"status": "error", "error": "bad"}).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        servers.append(server)
-        return PrometheusConnect(f"http://127.0.0.1:{server.server_port}", retry=Retry(total=0))
-
-    yield serve
-    for server in servers:
-        server.shutdown()
 
 
 def sample(value: str) -> list[dict]:
@@ -146,3 +113,31 @@ def test_slo_readings_are_queried_per_service_over_the_slo_window() -> None:
     # vLLM exports no failure counter: no error rate is made up for it.
     vllm = slo_queries(engine_metrics("vllm"), "prod", "chat", "5m")
     assert "errorRate" not in vllm and "vllm:time_to_first_token_seconds_bucket" in vllm["ttftP95"]
+
+
+def test_the_forecast_history_is_the_served_rate_of_every_track() -> None:
+    query = arrivals_query(engine_metrics("builtin"), "team-a", "chat")
+    assert query == (
+        'sum(rate(kubeinfer_requests_total{namespace="team-a",inferenceservice="chat",'
+        'outcome!="rejected"}[1m]))'
+    )
+    assert "track" not in query
+
+
+def test_the_history_is_one_value_per_step_with_gaps_as_nan(
+    prometheus: Callable[[Answer], PrometheusConnect],
+) -> None:
+    asked: list[str] = []
+    now = 1_700_000_600.0
+    # Prometheus leaves out the steps where the series had no sample (here the third of five).
+    series = [[now - 120, "4"], [now - 90, "5"], [now - 30, "7"], [now, "8"]]
+
+    def answer(query: str) -> tuple[int, list[dict]]:
+        asked.append(query)
+        return 200, [{"metric": {}, "values": series}]
+
+    history = fetch_arrivals_history(
+        prometheus(answer), engine_metrics("builtin"), "team-a", "chat", now, 120, 30
+    )
+    assert asked == [arrivals_query(engine_metrics("builtin"), "team-a", "chat")]
+    assert history[:2] == [4.0, 5.0] and math.isnan(history[2]) and history[3:] == [7.0, 8.0]

@@ -6,17 +6,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
+from kubeinfer_operator.autoscaling import Predictive, ScalingConfig
+from kubeinfer_operator.autoscaling.sim.cluster import Cluster, Policy, Result, ServerModel
+from kubeinfer_operator.autoscaling.sim.policies import Fixed, Ours, ReactiveBound
+from kubeinfer_operator.autoscaling.sim.workload import Shape, make_requests
 
-from sim.cluster import Cluster, Policy, Result, ServerModel  # noqa: E402
-from sim.policies import Fixed, ReactiveBound  # noqa: E402
-from sim.workload import Shape, make_requests  # noqa: E402
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def simulate(
@@ -70,7 +71,16 @@ def test_the_cli_compares_every_policy_on_a_short_step(tmp_path: Path) -> None:
     command += ["--json", str(out), "--plot-dir", str(tmp_path)]
     subprocess.run(command, check=True, capture_output=True, timeout=300)
     summary = {(row["load_delay_s"], row["policy"]): row for row in json.loads(out.read_text())["summary"]}
-    headline = {"ours", "concurrency", "waiting", "reactive", "oracle"}
+    headline = {
+        "ours",
+        "router",
+        "predictive",
+        "predictive+router",
+        "concurrency",
+        "waiting",
+        "reactive",
+        "oracle",
+    }
     assert set(summary) == {(60, p) for p in headline | {"ours+1", "reactive@0.65"}} | {
         (10, p) for p in ("ours", "reactive", "oracle")
     }
@@ -82,3 +92,19 @@ def test_the_cli_compares_every_policy_on_a_short_step(tmp_path: Path) -> None:
     assert summary[60, "ours+1"]["replica_s"] > summary[60, "ours"]["replica_s"]
     for name in ("autoscaling-step.png", "autoscaling-frontier.png"):
         assert (tmp_path / name).stat().st_size > 10_000
+
+
+def test_the_forecast_floor_orders_replicas_ahead_of_a_ramp() -> None:
+    # 2 -> 10 replicas' worth over 10 minutes: the reactive signals order replicas once they see a queue,
+    # the floor a model load before the forecast rate arrives.
+    ramp = np.interp(np.arange(1200), [0, 300, 900, 1200], [2, 2, 10, 10])
+    shape, model = Shape(), ServerModel()
+    prompt, output = shape.draw(20_000, np.random.default_rng(0))
+    replica_rps = 1 / float(model.work_s(prompt, output).mean())
+    reactive = ScalingConfig(max_replicas=40)
+    predictive = replace(reactive, requests_per_replica=replica_rps * 0.85, predictive=Predictive())
+    plain, floored = simulate(ramp, 3, Ours(reactive)), simulate(ramp, 3, Ours(predictive))
+    assert floored.attainment(1.0) > 0.99
+    assert floored.attainment(1.0) > plain.attainment(1.0)
+    # Ahead of the load: at 600 s (6 replicas' worth arriving) the floor has already loaded more.
+    assert floored.ready[600] > plain.ready[600]

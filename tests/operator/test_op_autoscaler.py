@@ -277,3 +277,20 @@ def test_the_slo_as_measured_is_shown_beside_the_signals() -> None:
     )
     assert readings["ttftP95"] == "212ms" and readings["tpotP95"] == "40ms"
     assert readings["e2eP95"] is None and readings["errorRate"] == 0.0012
+
+
+def test_predictive_maps_onto_the_policy_and_a_dry_run_floor_shows_in_status() -> None:
+    predictive = {"mode": "dryRun", "season": "24h", "history": "48h"}
+    obj = manifest(requestsPerReplica=2.5, predictive=predictive)
+    config = scaling_config(spec(obj))
+    assert config.predictive is not None and config.predictive.mode == "dryRun"
+    assert config.requests_per_replica == 2.5
+    without = manifest(predictive=predictive)
+    with pytest.raises(ValueError, match="predictive needs requestsPerReplica"):
+        spec(without)
+    plan = plan_tick(
+        isvc(obj, None), spec(obj), 1, PodCounts(1, 0, ""), IDLE, "", ScalingState(), NOW, None, 9.0
+    )
+    assert plan.status["signals"]["forecastRps"] == 9.0
+    assert plan.status["signals"]["forecastFloor"] == 4  # 9 req/s at 2.5 per replica, within maxReplicas 4
+    assert "desiredReplicas" not in plan.status  # dryRun: the floor is shown, not applied

@@ -367,6 +367,33 @@ class SLO(KubeModel):
     )
 
 
+class Predictive(KubeModel):
+    """A replica floor from forecast arrivals: from the service's served-rate history in Prometheus,
+    a seasonal forecast (Holt-Winters; Holt's trend alone until two seasons are recorded) of the
+    requests per second one model load ahead; at least that / scaling.requestsPerReplica replicas
+    run, and the reactive signals add replicas above the floor."""
+
+    mode: Literal["active", "dryRun"] = "active"
+    """active: apply the floor. dryRun: record the floor it would apply (status.signals.forecastFloor
+    and the decisions' reasons) without applying it."""
+    history: Duration = "2h"
+    """How much served-rate history the forecast reads (a range query at 30s steps)."""
+    season: Duration | None = None
+    """The period that repeats, e.g. 24h for daily traffic; unset: trend only. Seasonality is used
+    once the history holds two whole seasons, so history must then be at least twice this."""
+    load_time: Duration = "60s"
+    """How far ahead to forecast: about the time a new replica takes to serve (its model load)."""
+
+    rules = (
+        Rule(
+            cel=_if_well_formed("self.history") + "duration(self.history) >= duration('5m')",
+            message="history must be at least 5m",
+            holds=lambda p: parse_duration(p.history) >= 300,
+            field=".history",
+        ),
+    )
+
+
 class Scaling(KubeModel):
     """How many replicas run. desired = the largest of what each signal asks for (queue time,
     KV-cache usage, waiting requests), within minReplicas and maxReplicas; every decision is
@@ -405,6 +432,11 @@ class Scaling(KubeModel):
     mode: Literal["active", "dryRun"] = "active"
     """active: act on decisions. dryRun: record decisions in status without acting, to watch the
     autoscaler before trusting it; replicas stay at minReplicas (or spec.replicas)."""
+    requests_per_replica: float | None = Field(None, gt=0, le=100000)
+    """Requests per second one replica carries at the targets: the served rate per replica at the
+    load `kubeinfer bench` or `kubeinfer backtest` shows the SLO holding. Needed by predictive."""
+    predictive: Predictive | None = None
+    """A floor from forecast arrivals under the reactive signals (opt-in); unset: reactive only."""
 
     rules = (
         Rule(
@@ -418,6 +450,12 @@ class Scaling(KubeModel):
             message="interval must be at least 1s",
             holds=lambda s: parse_duration(s.interval) >= 1,
             field=".interval",
+        ),
+        Rule(
+            cel="!has(self.predictive) || has(self.requestsPerReplica)",
+            message="predictive needs requestsPerReplica: the forecast is turned into replicas with it",
+            holds=lambda s: s.predictive is None or s.requests_per_replica is not None,
+            field=".requestsPerReplica",
         ),
     )
 

@@ -80,6 +80,10 @@ class Signals(StatusModel):
     """p95 end-to-end latency."""
     error_rate: float | None = Field(None, ge=0, le=1)
     """Fraction of requests that failed."""
+    forecast_rps: float | None = Field(None, ge=0)
+    """With scaling.predictive: requests per second forecast one model load ahead."""
+    forecast_floor: int | None = Field(None, ge=0)
+    """With scaling.predictive: the replicas that forecast needs (applied unless its mode is dryRun)."""
     time: datetime | None = None
     """When these readings were taken."""
 

@@ -21,11 +21,13 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from prometheus_api_client import PrometheusConnect
 from pydantic import ValidationError
 
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
 from kubeinfer_operator.autoscaling import MetricsUnavailable, ScalingState, engine_metrics, fetch_signals
-from kubeinfer_operator.autoscaling.signals import fetch_slo_readings
+from kubeinfer_operator.autoscaling.forecast import forecast
+from kubeinfer_operator.autoscaling.signals import fetch_arrivals_history, fetch_slo_readings
 from kubeinfer_operator.autoscaling.tick import (
     count_pods,
     enabled,
@@ -106,12 +108,15 @@ class Autoscaler:
             error = ""
         except MetricsUnavailable as unavailable:
             signals, slo_readings, error = None, {}, str(unavailable)
+        forecast_rps = self._forecast(prometheus, spec, namespace, name) if signals is not None else None
         key = (namespace, name)
         state, made = self._states.get(key, (ScalingState(), 0.0))
         if time.monotonic() - made > STALE_INTERVALS * interval:
             state = ScalingState()
         current = desired_replicas(spec, isvc.get("status") or {})
-        plan = plan_tick(isvc, spec, current, pods, signals, error, state, time.time(), slo_readings)
+        plan = plan_tick(
+            isvc, spec, current, pods, signals, error, state, time.time(), slo_readings, forecast_rps
+        )
         if plan.status:
             self.kube.patch_status(KIND, namespace, name, plan.status)
         self._states[key] = (plan.state, time.monotonic())  # only once the decision it led to is written
@@ -129,6 +134,32 @@ class Autoscaler:
             if event := transition_event(transition):
                 self._post(isvc, *event)
         return interval
+
+    @staticmethod
+    def _forecast(
+        prometheus: PrometheusConnect, spec: InferenceServiceSpec, namespace: str, name: str
+    ) -> float | None:
+        """Requests per second forecast one model load ahead, for scaling.predictive; None when it is off or
+        the history cannot be read (the reactive signals still scale: a forecast is never required)."""
+        predictive = spec.scaling.predictive
+        if predictive is None:
+            return None
+        step_s = 30.0
+        try:
+            history = fetch_arrivals_history(
+                prometheus,
+                engine_metrics(spec.runtime.engine),
+                namespace,
+                name,
+                time.time(),
+                parse_duration(predictive.history),
+                step_s,
+            )
+        except MetricsUnavailable as unavailable:
+            log.warning("no forecast for %s/%s: %s", namespace, name, unavailable)
+            return None
+        season = parse_duration(predictive.season) if predictive.season else None
+        return forecast(history, step_s, parse_duration(predictive.load_time), season)
 
     def _post(self, isvc: dict[str, Any], kind: str, reason: str, message: str) -> None:
         try:

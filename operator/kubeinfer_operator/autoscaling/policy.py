@@ -36,6 +36,17 @@ WAITING = "waiting"  # waiting requests, summed over replicas (fetched)
 WAITING_PER_REPLICA = "waiting_per_replica"  # WAITING / ready replicas (what is compared to its target)
 SERVED = "served_rps"  # requests finished per second, summed over replicas, short window (fetched)
 BACKLOG = "backlog"  # the queue new replicas will find when they serve (derived: see _backlog)
+# The fast demand signal: requests arriving per second as the router counts them where they queue, read
+# every few seconds (not through Prometheus scrapes and rate windows).
+ARRIVALS = "arrivals_rps"  # over the last ARRIVALS_WINDOW_S (fetched)
+ARRIVALS_MINUTE = "arrivals_minute_rps"  # over the last minute: the level, with half the noise (fetched)
+ARRIVALS_WINDOW_S = 15.0
+# A short-window rate further than this many standard deviations of Poisson noise from the minute's is a
+# change of load, followed at once; nearer, the minute's rate is used. 2.5: about one false alarm an hour
+# at a read every 5 s (2 gave one every few minutes, each a replica loaded for nothing).
+CHANGE_Z = 2.5
+DEMAND = "demand_rps"  # the arrival rate over requests_per_replica (derived: see _terms)
+SIZED = (BACKLOG, DEMAND)  # terms in replicas that count those on the way: not held back while they start
 QUEUE_SIGNALS = (QUEUE_TIME, OLDEST_WAIT, WAITING_PER_REPLICA)  # say that requests wait, not how many
 # Replicas sized for a backlog carry the arrival rate at this share of what saturated replicas serve, the
 # level the default targets hold (the simulation's KV target is measured at 85%): load that keeps growing
@@ -60,6 +71,19 @@ class Targets:
 
     def items(self) -> list[tuple[str, float]]:
         return [(name, t) for name, t in vars(self).items() if t is not None]
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """A floor from forecast arrivals (autoscaling/forecast.py): at least the replicas the arrivals expected
+    one model load ahead need, so that load that repeats or keeps rising finds its replicas loaded; the
+    reactive signals add replicas above it. dryRun records the floor it would apply without applying it."""
+
+    mode: Literal["active", "dryRun"] = "active"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("active", "dryRun"):
+            raise ValueError(f"scaling.predictive.mode must be 'active' or 'dryRun' (got {self.mode!r})")
 
 
 @dataclass(frozen=True)
@@ -90,6 +114,11 @@ class ScalingConfig:
     # plays this part): 0.5 runs 50% more replicas, so a burst is served while new replicas still load.
     headroom: float = 0.0
     mode: Literal["active", "dryRun"] = "active"
+    # Requests/s one replica carries at the targets, when known (a load test, `kubeinfer backtest`): with
+    # the router's arrival counts it sizes the count from the arrival rate as the simulation's reactive
+    # bound does, and it turns the forecast into the predictive floor.
+    requests_per_replica: float | None = None
+    predictive: Predictive | None = None  # None: reactive only
 
     def __post_init__(self) -> None:
         def require(ok: bool, name: str, what: str) -> None:
@@ -107,6 +136,9 @@ class ScalingConfig:
         require(self.max_scale_up_pods >= 1, "max_scale_up_pods", "must be >= 1")
         require(0 < self.max_scale_down_fraction <= 1, "max_scale_down_fraction", "must be in (0, 1]")
         require(self.mode in ("active", "dryRun"), "mode", "must be 'active' or 'dryRun'")
+        rpr = self.requests_per_replica
+        require(rpr is None or rpr > 0, "requests_per_replica", "must be > 0")
+        require(self.predictive is None or rpr is not None, "requests_per_replica", "is needed by predictive")
         for name, target in vars(self.targets).items():
             if target is not None and not target > 0:
                 raise ValueError(f"scaling.targets.{name} must be > 0 (got {target!r})")
@@ -120,10 +152,14 @@ class Observation:
     replicas: int  # the owned Deployment's spec.replicas
     ready: int
     starting: int = 0  # created, schedulable, not Ready yet (loading the model)
+    # Seconds each starting replica has been starting, where known: how soon it will serve (see _backlog).
+    starting_ages: tuple[float, ...] = ()
     unschedulable: int = 0
     unschedulable_reason: str = ""  # the scheduler's message, e.g. "Insufficient nvidia.com/gpu"
     signals: Mapping[str, float] | None = None  # None: metrics unavailable
     metrics_error: str = ""
+    # Arrivals per second forecast one model load ahead (forecast.py), for config.predictive; None: none.
+    forecast_rps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +223,7 @@ class Decision:
     reason: str
     conditions: tuple[Condition, ...]
     act: bool  # write desired to the Deployment (False when unchanged or in dryRun)
+    floor: int | None = None  # replicas the forecast needs (config.predictive), applied or, in dryRun, not
 
     @property
     def driver(self) -> Term | None:
@@ -220,6 +257,10 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
     recommendation = _clamp(config, raw)
     watching_since = obs.now if state.watching_since is None else state.watching_since
     after, absorbed = _remember(config, obs, state)
+    if _known(terms) and max(terms, key=lambda t: t.proposal).signal in SIZED:
+        # Sized from the arrivals with a known capacity, counting what is on the way: replicas still
+        # starting and the signal windows' lag after a change do not bias the count, so they hold nothing.
+        absorbed = ""
     notes: list[str] = []
     if recommendation > current and absorbed:
         recommendation = current  # recorded as such: the scale-up window then holds it back too
@@ -235,17 +276,28 @@ def decide(config: ScalingConfig, obs: Observation, state: ScalingState) -> tupl
     if recommendation < current and desired > recommendation:
         notes.append(f"scale-down stabilizing ({config.scale_down_window_s:g}s window)")
     desired = _limit(config, obs, after, terms, desired, notes)
+    floor = _floor(config, obs)
+    if floor is not None and floor > desired:
+        assert config.predictive is not None and obs.forecast_rps is not None
+        forecast = f"forecast {obs.forecast_rps:.3g} req/s needs {floor}"
+        if config.predictive.mode == "active":
+            desired = floor
+            notes.append(f"{forecast}: floor applied")
+        else:
+            notes.append(f"{forecast}: floor not applied (predictive dryRun)")
 
     conditions = (available, limited or _range(config, raw))
     driver = max(terms, key=lambda t: t.proposal)
     if driver.signal == BACKLOG:
         why = f"backlog of {driver.value:.0f} requests to clear in {driver.target:g}s"
+    elif driver.signal == DEMAND:
+        why = f"demand {driver.value:.3g} req/s at {driver.target:.3g} req/s per replica"
     else:
         why = f"{driver.signal}={driver.value:.3g} (target {driver.target:g})"
     reason = "; ".join([f"{_verb(current, desired)}: {why} proposes {driver.proposal}", *notes])
     if config.headroom:
         reason += f"; headroom {config.headroom:.0%}"
-    decision = _decision(config, obs, desired, tuple(terms), reason, conditions)
+    decision = replace(_decision(config, obs, desired, tuple(terms), reason, conditions), floor=floor)
     state = replace(after, recommendations=history, watching_since=watching_since, last_time=obs.now)
     return decision, state
 
@@ -301,6 +353,7 @@ def _limit(
 ) -> int:
     """Apply the rate bound, unschedulable pods, settling and the safe scale-down check."""
     current = obs.replicas
+    known = _known(terms)
     if desired > current:
         bound = max(math.ceil(current * config.max_scale_up_factor), current + config.max_scale_up_pods)
         if desired > bound:
@@ -309,10 +362,14 @@ def _limit(
         if obs.unschedulable:
             desired = current
             notes.append(f"scale-up stopped: {obs.unschedulable} pod(s) unschedulable")
-    if desired < current and obs.now < after.hold_down_until:
+    if desired < current and known and (obs.starting or _queued(config, obs)):
+        # The sizing counted the replicas on the way and the queue they will find: keep them until served.
+        desired = current
+        notes.append("scale-down held: replicas starting or a queue to serve")
+    if desired < current and obs.now < after.hold_down_until and not known:
         desired = current
         notes.append("scale-down held: settling")
-    if desired < current:
+    if desired < current and not known:
         paced = min(max(desired, math.floor(current * (1 - config.max_scale_down_fraction))), current - 1)
         if paced > desired:
             desired = paced
@@ -321,14 +378,44 @@ def _limit(
         # Remove a ready replica only if the survivors, taking its load, stay inside the tolerance band.
         safe = max(
             t.proposal
-            if t.signal == BACKLOG
+            if t.signal in SIZED
             else math.ceil(obs.ready * _need(config, t.signal, t.value, t.target) / (1 - config.tolerance))
             for t in terms
+            # Known capacity: the rate sizes the count; KV use and the windowed percentile only lag it.
+            if not (known and t.signal in (KV_USAGE, QUEUE_TIME))
         )
         if safe > desired:
             desired = min(safe, current)
             notes.append(f"kept {desired} so the remaining replicas stay under every target")
     return _clamp(config, desired)
+
+
+def _floor(config: ScalingConfig, obs: Observation) -> int | None:
+    """Replicas the forecast arrivals need, within min/max; None without predictive or a forecast."""
+    if config.predictive is None or obs.forecast_rps is None or not math.isfinite(obs.forecast_rps):
+        return None
+    assert config.requests_per_replica is not None  # ScalingConfig checks it
+    return _clamp(config, math.ceil(obs.forecast_rps / config.requests_per_replica))
+
+
+def _known(terms: list[Term]) -> bool:
+    """Is the count sized from the arrival rate (requests_per_replica and the router's counts)?"""
+    return any(t.signal == DEMAND for t in terms)
+
+
+def _arrivals(recent: float | None, minute: float | None) -> float | None:
+    """The arrival rate to size for: the minute's, unless the last seconds' differ from it by more than
+    Poisson noise could (CHANGE_Z standard deviations): a change of load, to follow at once."""
+    if recent is None or minute is None:
+        return recent if minute is None else minute
+    noise = CHANGE_Z * math.sqrt(max(minute, 1e-9) * ARRIVALS_WINDOW_S) / ARRIVALS_WINDOW_S
+    return recent if abs(recent - minute) > noise else minute
+
+
+def _queued(config: ScalingConfig, obs: Observation) -> bool:
+    assert obs.signals is not None
+    waiting = obs.signals.get(WAITING)
+    return waiting is not None and waiting > (config.targets.waiting_per_replica or 2.0) * obs.ready
 
 
 def _clamp(config: ScalingConfig, n: int) -> int:
@@ -339,6 +426,7 @@ def _terms(config: ScalingConfig, obs: Observation, growth: float | None) -> lis
     assert obs.signals is not None
     values = {k: v for k, v in obs.signals.items() if v is not None and math.isfinite(v)}
     served, waiting = values.pop(SERVED, None), values.get(WAITING)
+    arrivals = _arrivals(values.pop(ARRIVALS, None), values.pop(ARRIVALS_MINUTE, None))
     if waiting is not None:
         values[WAITING_PER_REPLICA] = values.pop(WAITING) / obs.ready
     terms = []
@@ -356,7 +444,21 @@ def _terms(config: ScalingConfig, obs: Observation, growth: float | None) -> lis
         replace(t, proposal=min(t.proposal, max(obs.ready, *live))) if t.signal == QUEUE_TIME and live else t
         for t in terms
     ]
-    backlog = _backlog(config, obs.ready, waiting, served, growth)
+    known = config.requests_per_replica is not None and arrivals is not None
+    if known:
+        assert config.requests_per_replica is not None and arrivals is not None
+        need = arrivals / config.requests_per_replica * (1 + config.headroom)
+        # The tolerance band holds a count against noise going down only: requests_per_replica already
+        # leaves the headroom that a band would add going up.
+        keep = obs.ready * (1 - config.tolerance) <= need <= obs.ready
+        demand = Term(DEMAND, arrivals, config.requests_per_replica, obs.ready if keep else math.ceil(need))
+        # KV use (a steep, noisy proxy for load near its target) and the windowed percentile (which lags)
+        # describe the load the arrival rate measures directly: they no longer add or hold replicas.
+        terms = [demand] + [
+            replace(t, proposal=min(t.proposal, demand.proposal)) if t.signal in (KV_USAGE, QUEUE_TIME) else t
+            for t in terms
+        ]
+    backlog = _backlog(config, obs, waiting, served, growth, known)
     if backlog is None:
         return terms
     # The queue signals say that requests wait, not how many replicas clear them: the backlog term sizes.
@@ -378,15 +480,30 @@ def _need(config: ScalingConfig, signal: str, value: float, target: float) -> fl
 
 
 def _backlog(
-    config: ScalingConfig, ready: int, waiting: float | None, served: float | None, growth: float | None
+    config: ScalingConfig,
+    obs: Observation,
+    waiting: float | None,
+    served: float | None,
+    growth: float | None,
+    known: bool,
 ) -> Term | None:
     """Replicas to carry the arrival rate and clear, within drain_s of becoming ready, the queue new
-    replicas will find. Replicas serving a backlog run at full batch: served / ready is their capacity."""
+    replicas will find. Replicas serving a backlog run at full batch: served / ready is their capacity
+    (or, known, requests_per_replica at BACKLOG_UTILIZATION). Known, replicas still starting serve
+    part of that queue first: one that has loaded for a seconds is ready about a seconds before a replica
+    ordered now (an age not known counts as half a load)."""
+    ready, horizon = obs.ready, config.drain_s
     band = (config.targets.waiting_per_replica or 2.0) * ready
     if waiting is None or served is None or growth is None or waiting <= band or served <= 0:
         return None
     capacity = served / ready
-    found = waiting + max(growth, 0.0) * config.drain_s
+    coming = 0.0
+    if known and config.requests_per_replica is not None:
+        capacity = config.requests_per_replica / BACKLOG_UTILIZATION
+        ages = [*obs.starting_ages[: obs.starting]]
+        ages += [horizon / 2] * (obs.starting - len(ages))
+        coming = capacity * sum(min(max(a, 0.0), horizon) for a in ages)
+    found = max(waiting + max(growth, 0.0) * horizon - coming, 0.0)
     carry = (served + growth) / (capacity * BACKLOG_UTILIZATION)
     need = (carry + found / (capacity * config.drain_s)) * (1 + config.headroom)
     return Term(BACKLOG, found, config.drain_s, max(math.ceil(need), 0))

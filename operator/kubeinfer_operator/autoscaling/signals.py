@@ -13,7 +13,7 @@ from prometheus_api_client import PrometheusConnect
 
 from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
 from kubeinfer_operator.engine_metrics import EngineMetrics, engine_metrics
-from kubeinfer_operator.prometheus import MetricsUnavailable, instant
+from kubeinfer_operator.prometheus import MetricsUnavailable, instant, range_values
 
 __all__ = ["EngineMetrics", "MetricsUnavailable", "Signals", "engine_metrics", "fetch_signals"]
 
@@ -96,6 +96,26 @@ def fetch_signals(
         if math.isfinite(value):
             signals[signal] = value
     return signals
+
+
+def arrivals_query(metrics: EngineMetrics, namespace: str, name: str) -> str:
+    """PromQL of the requests per second a service serves, over all tracks: the forecaster's history. It
+    is the arrival rate while the replicas keep up (the floor is for exactly that: keeping up)."""
+    return queries(metrics, namespace, name)[SERVED]
+
+
+def fetch_arrivals_history(
+    prom: PrometheusConnect,
+    metrics: EngineMetrics,
+    namespace: str,
+    name: str,
+    now: float,
+    history_s: float,
+    step_s: float = 30,
+) -> list[float]:
+    """Requests per second at each step_s over the last history_s (NaN in gaps), oldest first."""
+    start = now - history_s
+    return range_values(prom, arrivals_query(metrics, namespace, name), start, now, step_s)
 
 
 def _with(selector: str, matcher: str) -> str:

@@ -20,6 +20,7 @@ from kubeinfer_operator.autoscaling.policy import (
     WAITING_PER_REPLICA,
     Decision,
     Observation,
+    Predictive,
     ScalingConfig,
     ScalingState,
     Targets,
@@ -65,6 +66,8 @@ def scaling_config(spec: InferenceServiceSpec) -> ScalingConfig:
         scale_down_window_s=parse_duration(scaling.scale_down_window),
         max_scale_up_factor=scaling.max_scale_up_rate,
         headroom=scaling.headroom,
+        requests_per_replica=scaling.requests_per_replica,
+        predictive=None if scaling.predictive is None else Predictive(scaling.predictive.mode),
         # A pinned spec.replicas wins over the autoscaler: it then only watches.
         mode="dryRun" if spec.replicas is not None else scaling.mode,
     )
@@ -123,6 +126,7 @@ def plan_tick(
     state: ScalingState,
     now: float,
     slo_readings: dict[str, float] | None = None,
+    forecast_rps: float | None = None,
 ) -> TickPlan:
     """`current`: the replica count the operator runs now; `signals` None: Prometheus did not answer."""
     status = isvc.get("status") or {}
@@ -138,6 +142,7 @@ def plan_tick(
         unschedulable_reason=pods.unschedulable_reason,
         signals=signals,
         metrics_error=metrics_error,
+        forecast_rps=forecast_rps,
     )
     decision, state = decide(config, observation, state)
     conditions = list(decision.conditions)
@@ -156,6 +161,10 @@ def plan_tick(
         patch["desiredReplicas"] = decision.desired
     if signals is not None:
         readings = status_signals(signals, pods.ready, slo_readings or {})
+        if config.predictive is not None:
+            # A dryRun floor changes no count, so no decision records it: status.signals shows it.
+            readings["forecastRps"] = None if forecast_rps is None else round(forecast_rps, 3)
+            readings["forecastFloor"] = decision.floor
         # None clears a reading in the merge patch: the stored object has no such key.
         previous = {k: v for k, v in (status.get("signals") or {}).items() if k in readings and v is not None}
         if previous != {k: v for k, v in readings.items() if v is not None}:

@@ -4,14 +4,25 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from kubeinfer_operator.autoscaling import Observation, ScalingConfig, ScalingState, decide
-from kubeinfer_operator.autoscaling.policy import KV_USAGE, OLDEST_WAIT, QUEUE_TIME, SERVED, WAITING
-from sim.cluster import STARTING, Cluster, ServerModel
-from sim.workload import Requests
+from kubeinfer_operator.autoscaling.forecast import Smoothing, forecast
+from kubeinfer_operator.autoscaling.policy import (
+    ARRIVALS,
+    ARRIVALS_MINUTE,
+    ARRIVALS_WINDOW_S,
+    KV_USAGE,
+    OLDEST_WAIT,
+    QUEUE_TIME,
+    SERVED,
+    WAITING,
+)
+from kubeinfer_operator.autoscaling.sim.cluster import STARTING, Cluster, Policy, Result, ServerModel
+from kubeinfer_operator.autoscaling.sim.workload import Requests
 
 
 class Every:
@@ -51,6 +62,10 @@ class Ours:
     config: ScalingConfig
     interval_s: float = 15
     state: ScalingState = field(default_factory=ScalingState)
+    router: bool = False  # also read the router's arrival counts and queue at each decision (no scrape)
+    history_step_s: float = 30  # of the forecaster's range query (as the operator's)
+    season_s: float | None = None  # the traces are at most one season long: Holt's trend alone
+    smoothing: Smoothing = field(default_factory=Smoothing)
 
     def __post_init__(self) -> None:
         self.timer = Every(self.interval_s, first_s=7)  # not aligned with the scrapes
@@ -63,15 +78,31 @@ class Ours:
             replicas=cluster.replicas,
             ready=cluster.ready,
             starting=cluster.starting,
-            signals=self.signals(t, cluster),
+            starting_ages=cluster.starting_ages,
+            signals=self.signals(t, cluster, self.router),
             metrics_error="" if cluster.scrapes else "no scrape yet",
+            forecast_rps=self.forecast(t, cluster) if self.config.predictive else None,
         )
         decision, self.state = decide(self.config, obs, self.state)
         return decision.desired
 
+    def forecast(self, t: float, cluster: Cluster) -> float | None:
+        """What the operator's range query gives the forecaster: arrivals per second in whole steps so far,
+        forecast to one model load from now (a step's rate is centred on its middle)."""
+        end = math.floor(t / self.history_step_s) * self.history_step_s
+        arrivals = cluster.requests.arrival[: cluster.arrived]
+        counts = np.bincount(
+            (arrivals[arrivals < end] // self.history_step_s).astype(int),
+            minlength=int(end / self.history_step_s),
+        )
+        horizon = t + cluster.model.load_delay_s - (end - self.history_step_s / 2)
+        return forecast(
+            counts / self.history_step_s, self.history_step_s, horizon, self.season_s, self.smoothing
+        )
+
     @staticmethod
-    def signals(t: float, cluster: Cluster) -> dict[str, float] | None:
-        """What signals.queries would return at time t."""
+    def signals(t: float, cluster: Cluster, router: bool = False) -> dict[str, float] | None:
+        """What signals.queries would return at time t; with `router`, the router's own counts too."""
         s = cluster.latest_scrape
         if s is None:
             return None
@@ -84,6 +115,14 @@ class Ours:
             KV_USAGE: float(np.mean(kv)) if kv else math.nan,  # avg_over_time(...[1m])
             WAITING: s.waiting,
         }
+        if router and t > 0:
+            arrived = cluster.requests.arrival[: cluster.arrived]
+            for signal, window in ((ARRIVALS, ARRIVALS_WINDOW_S), (ARRIVALS_MINUTE, 60.0)):
+                count = len(arrived) - int(np.searchsorted(arrived, t - window))
+                raw[signal] = count / min(window, t)
+            # The router holds the queue: its length and oldest wait are read live too.
+            raw[WAITING] = cluster.waiting
+            raw[OLDEST_WAIT] = t - cluster.requests.arrival[cluster.head] if cluster.waiting else 0.0
         return {k: v for k, v in raw.items() if not math.isnan(v)}
 
 
@@ -198,6 +237,37 @@ class Oracle:
         # What is needed from the previous bucket (its requests still run) to one load delay from now.
         ahead = math.ceil(self.load_delay_s / self.bucket_s)
         return int(self.plan[max(k - 1, 0) : k + ahead + 1].max())
+
+
+ORACLE_UTILIZATIONS = (0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.5, 0.4)
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    result: Result
+    runs: int  # simulations it took
+
+
+def cheapest_oracle(
+    requests: Requests,
+    model: ServerModel,
+    seconds: float,
+    ttft_slo_s: float,
+    goal: float,
+    run: Callable[[Policy, int], Result],
+) -> OracleRun:
+    """The oracle at the highest utilization (cheapest plan) that still meets the attainment goal, or the
+    best one tried; `run(policy, initial)` simulates one."""
+    best: Result | None = None
+    for tried, u in enumerate(ORACLE_UTILIZATIONS, start=1):
+        plan = Oracle.build(requests, model, seconds, u, min_replicas=1)
+        result = run(plan, plan.initial())
+        if result.attainment(ttft_slo_s) >= goal:
+            return OracleRun(result, tried)
+        if best is None or result.attainment(ttft_slo_s) > best.attainment(ttft_slo_s):
+            best = result
+    assert best is not None
+    return OracleRun(best, len(ORACLE_UTILIZATIONS))
 
 
 @dataclass

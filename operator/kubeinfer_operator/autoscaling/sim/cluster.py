@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.workload import Requests
+from kubeinfer_operator.autoscaling.sim.workload import Requests
 
 NONE, STARTING, READY, DRAINING = 0, 1, 2, 3
 
@@ -111,6 +111,12 @@ class Cluster:
     @property
     def starting(self) -> int:
         return int(np.count_nonzero(self.status == STARTING))
+
+    @property
+    def starting_ages(self) -> tuple[float, ...]:
+        """Seconds each starting replica has been loading (the operator reads pods' creation times)."""
+        created = self.ready_at[self.status == STARTING] - self.model.load_delay_s
+        return tuple(float(self.t - c) for c in created)
 
     @property
     def waiting(self) -> int:

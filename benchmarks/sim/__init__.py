@@ -1,1 +1,0 @@
-"""The autoscaling simulation behind benchmarks/autoscaling_sim.py: workload traces, replicas, autoscalers."""
