@@ -62,11 +62,13 @@ def pod_metric(ip: str, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
-def manifest(name: str, gpus: int = 0, max_replicas: int = 2) -> dict[str, Any]:
+def manifest(name: str, gpus: int = 0, max_replicas: int = 2, cpu: str | None = None) -> dict[str, Any]:
     obj = yaml.safe_load(TINY_EXAMPLE.read_text())
     obj["metadata"] = {"name": name, "namespace": NAMESPACE}
     runtime = obj["spec"]["runtime"]
     runtime["resources"]["gpus"] = gpus
+    if cpu is not None:
+        runtime["resources"]["cpu"] = cpu
     runtime["maxNumSeqs"] = 2
     runtime["faults"] = {"tokenLatency": "100ms"}
     obj["spec"]["scaling"] = {
@@ -291,7 +293,8 @@ def test_scale_up_stops_at_the_gpus_that_fit(operator: Any, burst: tuple[str, Lo
     operator.kubectl("wait", "--for=condition=PodScheduled", "pod/gpu-hog", "-n", NAMESPACE, "--timeout=30s")
     fits = free_gpus(operator)
     assert fits >= 1
-    name = create(operator, manifest("gpu", gpus=1, max_replicas=fits + 3))
+    # A quarter CPU each: a real node has 2 CPUs, and the GPUs, not the CPUs, are to run out first.
+    name = create(operator, manifest("gpu", gpus=1, max_replicas=fits + 3, cpu="250m"))
     load = Load(service_urls(operator, NAMESPACE, name)[0], "tiny", clients=6 * fits + 2).start()
     try:
 
