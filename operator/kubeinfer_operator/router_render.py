@@ -60,6 +60,7 @@ def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> l
         replicas=ROUTER_REPLICAS,
         image=settings.runtime_image,
         port=ROUTER_PORT,
+        args=["--configmap", f"{owner.namespace}/{name}", "--port", str(ROUTER_PORT)],
         scrape_annotations=settings.scrape_annotations,
         grace_seconds=ROUTER_GRACE_SECONDS,
         pre_stop_seconds=PRE_STOP_SECONDS,
