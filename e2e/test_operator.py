@@ -345,6 +345,30 @@ def test_the_standby_takes_over_when_the_leader_dies(operator: Any, tiny: dict[s
     )
 
 
+def test_services_named_like_yaml_keywords_reconcile_and_answer(operator: Any) -> None:
+    # `on` would render as true and `null` as None in unquoted YAML; `null` also runs the router's
+    # templates (Canary), whose RBAC names the service too.
+    names = {"on": {}, "null": {"rollout__strategy": "Canary"}}
+    for name, changes in names.items():
+        apply(operator, manifest(name, scaling__maxReplicas=1, **changes))
+    try:
+        for name in names:
+            operator.kubectl(
+                "wait", "--for=condition=Ready", f"infsvc/{name}", "-n", NAMESPACE, "--timeout=240s"
+            )
+            assert [s["metadata"]["name"] for s in owned(operator, "services", name)] == [name]
+            assert [p["metadata"]["name"] for p in owned(operator, "pdb", name)] == [name]
+            _, answer = chat(service_urls(operator, NAMESPACE, name), "tiny", "Hi")
+            assert answer["choices"][0]["message"]["role"] == "assistant"
+        assert get(operator, "role", "null-router", "-n", NAMESPACE)["rules"][0]["resourceNames"] == [
+            "null-router"
+        ]
+    finally:
+        operator.kubectl(
+            "delete", "infsvc", *names, "-n", NAMESPACE, "--wait=true", "--timeout=60s", check=False
+        )
+
+
 def test_deleting_the_inference_service_removes_what_it_owned(operator: Any, tiny: dict[str, Any]) -> None:
     operator.kubectl("delete", "infsvc", "tiny", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
     wait_for(

@@ -29,7 +29,7 @@ def helm() -> Path:
     return binaries() / "helm"
 
 
-def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
+def template(helm: Path, *sets: str, namespace: str = "kubeinfer-system") -> list[dict[str, Any]]:
     rendered = subprocess.run(
         [
             str(helm),
@@ -37,7 +37,7 @@ def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
             "kubeinfer",
             str(CHART),
             "--namespace",
-            "kubeinfer-system",
+            namespace,
             "--kube-version=1.34.4",
             *sets,
         ],
