@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kubeinfer_runtime.http_edge import BodyLimit
 from kubeinfer_runtime.server import errors
 from kubeinfer_runtime.server.async_engine import AsyncEngine, EngineState, TrackedRequest
 from kubeinfer_runtime.server.config import ServerConfig
@@ -137,6 +138,7 @@ def _seconds(value: float) -> float:
 def create_app(runtime: RuntimeState) -> FastAPI:
     app = FastAPI(title="kubeinfer runtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runtime = runtime
+    app.add_middleware(BodyLimit, limits=runtime.config.edge_limits)  # inside the envelope: after auth
     app.add_middleware(RequestEnvelope, runtime=runtime)
     app.include_router(router)
 

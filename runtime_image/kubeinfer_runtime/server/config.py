@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubeinfer_runtime.http_edge import EdgeLimits, add_edge_arguments, edge_limits_from
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -43,6 +45,14 @@ class ServerConfig:
     fault_token_latency_ms: float
     fault_error_rate: float
     fault_fail_load: bool
+    max_body_bytes: int
+    header_timeout: float
+    body_timeout: float
+    idle_timeout: float
+
+    @property
+    def edge_limits(self) -> EdgeLimits:
+        return EdgeLimits(self.max_body_bytes, self.header_timeout, self.body_timeout, self.idle_timeout)
 
     def engine_overrides(self) -> dict[str, Any]:
         """Keyword arguments for LLMEngine.from_model_dir; unset options keep the engine's defaults."""
@@ -148,6 +158,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     flag("--fault-error-rate", "FAULT INJECTION: fraction of requests answered 500", 0.0, type=_fraction)
     flag("--fault-fail-load", "FAULT INJECTION: fail the model load (the process exits non-zero)", False,
          action=argparse.BooleanOptionalAction)  # fmt: skip
+    add_edge_arguments(lambda name, help_, default, type_: flag(name, help_, default, type=type_))
     return parser
 
 
@@ -164,6 +175,10 @@ def parse_config(argv: list[str], environ: Mapping[str, str] = os.environ) -> Se
     key_file = Path(args.api_key_file) if args.api_key_file else None
     if key_file and not (key_file.is_file() and key_file.read_text().strip()):
         parser.error(f"--api-key-file {args.api_key_file}: not a file holding a key")
+    try:
+        edge_limits_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     values = vars(args)
     values["served_model_name"] = args.served_model_name or Path(args.model).resolve().name
     return ServerConfig(**values)

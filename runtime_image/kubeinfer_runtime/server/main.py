@@ -82,6 +82,7 @@ async def serve(config: ServerConfig) -> int:
             lifespan="off",
             # After _drain: what it aborted at its deadline gets a few seconds to send the end.
             timeout_graceful_shutdown=5,
+            **config.edge_limits.uvicorn_options(),
         )
     )
 
