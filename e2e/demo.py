@@ -37,6 +37,12 @@ def tiny_model_dir(example: Path = TINY_EXAMPLE) -> Path:
     return Path(yaml.safe_load(example.read_text())["spec"]["model"]["source"]["hostPath"]["path"])
 
 
+def model_dir_values(example: Path = TINY_EXAMPLE) -> dict[str, Any]:
+    """Chart values allowing the examples' hostPath models: the directory the tiny model lives in
+    (the chart allows no host path by default)."""
+    return {"security.allowedHostPaths": [str(tiny_model_dir(example).parent)]}
+
+
 def ensure_tiny_model(directory: Path) -> None:
     if (directory / "config.json").exists():
         return
@@ -127,7 +133,7 @@ def main() -> int:
     ensure_tiny_model(model_dir)
 
     step(3, f"helm install {RELEASE} charts/kubeinfer (namespace {OPERATOR_NAMESPACE})")
-    helm_install(cluster, {"prometheusUrl": cluster.prometheus_url})
+    helm_install(cluster, {"prometheusUrl": cluster.prometheus_url, **model_dir_values()})
     print(cluster.kubectl("get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "wide").stdout.rstrip())
 
     step(4, f"kubectl apply -f examples/{TINY_EXAMPLE.name}; waiting for condition Ready")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from demo import ensure_tiny_model, helm_install, tiny_model_dir
+from demo import ensure_tiny_model, helm_install, model_dir_values, tiny_model_dir
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, interval: float = 0.5) -> Any:
@@ -44,7 +44,12 @@ def operator_release(
     cluster.kubectl("create", "namespace", namespace)
     helm_install(
         cluster,
-        {"prometheusUrl": cluster.prometheus_url, "watchNamespaces": [namespace], **values},
+        {
+            "prometheusUrl": cluster.prometheus_url,
+            "watchNamespaces": [namespace],
+            **model_dir_values(),
+            **values,
+        },
         release=release,
         namespace=operator_namespace,
     )

@@ -345,6 +345,22 @@ def test_the_standby_takes_over_when_the_leader_dies(operator: Any, tiny: dict[s
     )
 
 
+def test_a_host_path_outside_the_allowed_directories_is_refused_and_rolls_no_pods(operator: Any) -> None:
+    # The release allows the demo's model directory only (security.allowedHostPaths, e2e_support.py).
+    apply(operator, manifest("nodefs", model__source={"hostPath": {"path": "/etc"}}))
+    try:
+
+        def refused() -> dict[str, Any]:
+            ready = condition(get(operator, "infsvc", "nodefs", "-n", NAMESPACE), "Ready")
+            return ready if ready.get("reason") == "NotAllowedBySettings" else {}
+
+        ready = wait_for("nodefs to be refused", refused, timeout=60)
+        assert ready["status"] == "False" and "security.allowedHostPaths" in ready["message"]
+        assert not any(owned(operator, kind, "nodefs") for kind in ("deployments", "pods", "services"))
+    finally:
+        operator.kubectl("delete", "infsvc", "nodefs", "-n", NAMESPACE, "--wait=true", check=False)
+
+
 def test_services_named_like_yaml_keywords_reconcile_and_answer(operator: Any) -> None:
     # `on` would render as true and `null` as None in unquoted YAML; `null` also runs the router's
     # templates (Canary), whose RBAC names the service too.

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
-from test_op_monitoring_chart import helm, template  # noqa: F401  (helm is the fixture the tests take)
+from test_op_monitoring_chart import CHART, helm, template  # noqa: F401  (helm is the fixture the tests take)
+
+from kubeinfer_operator.settings import load_settings
 
 LOOKALIKES = ["on", "null", "true", "yes", "2024", "1e3"]
 
@@ -17,3 +20,34 @@ def test_namespaces_yaml_would_retype_render_as_strings(helm: Path) -> None:  # 
     assert all(b["subjects"][0]["namespace"] == "on" for b in bindings)
     namespaced = [d for d in docs if "namespace" in d["metadata"]]
     assert namespaced and all(d["metadata"]["namespace"] == "on" for d in namespaced if d not in bindings)
+
+
+def _operator_env(docs: list[dict]) -> dict[str, str]:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_the_chart_allows_no_host_path_and_any_image_by_default(helm: Path) -> None:  # noqa: F811
+    env = _operator_env(template(helm))
+    assert json.loads(env["KUBEINFER_ALLOWED_HOST_PATHS"]) == []
+    assert json.loads(env["KUBEINFER_ALLOWED_IMAGE_PREFIXES"]) == []
+    assert load_settings(env).allowed_host_paths == ()
+
+
+def test_the_security_values_reach_the_operator(helm: Path) -> None:  # noqa: F811
+    security = {"allowedHostPaths": ["/var/lib/kubeinfer/models"], "allowedImagePrefixes": ["registry.corp/"]}
+    docs = template(helm, "--set-json", f"security={json.dumps(security)}")
+    settings = load_settings(_operator_env(docs))
+    assert settings.allowed_host_paths == ("/var/lib/kubeinfer/models",)
+    assert settings.allowed_image_prefixes == ("registry.corp/",)
+
+
+def test_a_relative_host_path_is_refused_by_the_charts_schema(helm: Path) -> None:  # noqa: F811
+    rendered = subprocess.run(
+        [str(helm), "template", "k", str(CHART), "--set-json", 'security.allowedHostPaths=["models"]'],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert rendered.returncode != 0 and "allowedHostPaths" in rendered.stderr
