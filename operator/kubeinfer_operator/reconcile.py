@@ -87,7 +87,9 @@ class Plan:
 # trafficRouting leaves them behind, and the reconcile deletes what its plan no longer renders. Replica
 # Deployments are not among them: retiring a revision is the plan's own decision (Plan.retire).
 SWITCH_POLL_S = 1.0  # how soon to look again while the URL does not answer from the path it should
-TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
+# No Role: the operator may not read or write Roles (a Role an older operator made for a router goes with
+# its InferenceService, by garbage collection).
+TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "RoleBinding", "HTTPRoute")
 # Owned objects deleted when the plan stops rendering them: the traffic kinds, and the SLO's alert rules
 # (alerts switched off, or an engine whose metrics carry no objectives).
 PRUNED_KINDS = (*TRAFFIC_KINDS, "PrometheusRule")

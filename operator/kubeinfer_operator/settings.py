@@ -47,6 +47,8 @@ class Settings:
     (serving_policy.py)."""
     allowed_image_prefixes: tuple[str, ...] = ()
     """Prefixes spec.runtime.image must start with; empty: any image."""
+    router_cluster_role: str = "kubeinfer-router"
+    """The chart's ClusterRole for router pods, the only role the operator may bind."""
 
 
 def _flag(name: str, value: str) -> bool:
@@ -98,6 +100,7 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         monitoring_labels=labels,
         metrics_port=metrics_port,
         # In a pod the cluster's Service addresses are reachable: probe there unless told not to.
+        router_cluster_role=env.get("KUBEINFER_ROUTER_CLUSTER_ROLE", defaults.router_cluster_role),
         allowed_host_paths=_strings("KUBEINFER_ALLOWED_HOST_PATHS", env, absolute=True),
         allowed_image_prefixes=_strings("KUBEINFER_ALLOWED_IMAGE_PREFIXES", env),
         probe_service_url=_flag(

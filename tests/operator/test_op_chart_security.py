@@ -51,3 +51,27 @@ def test_a_relative_host_path_is_refused_by_the_charts_schema(helm: Path) -> Non
         check=False,
     )
     assert rendered.returncode != 0 and "allowedHostPaths" in rendered.stderr
+
+
+def _rules(docs: list[dict], name: str) -> list[dict]:
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name]
+    return role["rules"]
+
+
+def test_the_operator_may_bind_only_the_routers_cluster_role_and_make_no_roles(helm: Path) -> None:  # noqa: F811
+    docs = template(helm)
+    rules = _rules(docs, "kubeinfer-operator")
+    rbac = [r for r in rules if "rbac.authorization.k8s.io" in r["apiGroups"]]
+    assert {(res, verb) for r in rbac for res in r["resources"] for verb in r["verbs"]} == {
+        *(("rolebindings", verb) for verb in ("list", "watch", "create", "patch", "delete")),
+        ("clusterroles", "bind"),
+    }
+    (bind,) = [r for r in rbac if "bind" in r["verbs"]]
+    assert bind["resourceNames"] == ["kubeinfer-router"]
+    assert not any("secrets" in r["resources"] for r in rules)
+    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules)
+    assert _rules(docs, "kubeinfer-router") == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+    ]
+    env = _operator_env(docs)
+    assert load_settings(env).router_cluster_role == "kubeinfer-router"

@@ -102,7 +102,9 @@ def test_prometheus_operator_switch_renders_pod_monitors_instead(helm: Path) -> 
 
 @pytest.mark.slow  # helm: built with the cluster binaries on first use
 def test_the_operator_may_write_prometheus_rules(helm: Path) -> None:
-    (role,) = by_kind(template(helm), "ClusterRole")
+    (role,) = [
+        r for r in by_kind(template(helm), "ClusterRole") if r["metadata"]["name"] == "kubeinfer-operator"
+    ]
     rule = next(r for r in role["rules"] if "monitoring.coreos.com" in r["apiGroups"])
     assert rule["resources"] == ["prometheusrules"]
     assert set(rule["verbs"]) == {"list", "create", "patch", "delete"}

@@ -20,7 +20,7 @@ from kubeinfer_operator.render import (
     render_pod_template,
     render_service,
 )
-from kubeinfer_operator.router_render import render_router, render_router_service
+from kubeinfer_operator.router_render import render_router, render_router_service, router_labels
 from kubeinfer_operator.settings import Settings
 
 YAML_LOOKALIKES = ["on", "null", "true", "yes", "2024", "1e3"]
@@ -102,10 +102,14 @@ def test_lookalike_names_and_namespaces_render_as_strings(template: str, name: s
             assert isinstance(obj["metadata"]["name"], str) and obj["metadata"]["name"].startswith(name)
 
 
-def test_a_router_named_on_in_namespace_null_reads_its_own_config_map() -> None:
+def test_a_router_named_on_in_namespace_null_is_bound_and_reads_its_own_config_map() -> None:
     objects = {o["kind"]: o for o in render_router(Owner("on", "null", "uid-1"), SETTINGS, {"tracks": {}})}
-    assert objects["Role"]["rules"][0]["resourceNames"] == ["on-router"]
-    assert objects["RoleBinding"]["roleRef"]["name"] == "on-router"
+    assert objects["RoleBinding"]["metadata"] == {
+        "name": "on-router-config-reader",
+        "namespace": "null",
+        "labels": {**router_labels("on")},
+        "ownerReferences": [Owner("on", "null", "uid-1").reference()],
+    }
     assert objects["RoleBinding"]["subjects"] == [
         {"kind": "ServiceAccount", "name": "on-router", "namespace": "null"}
     ]
