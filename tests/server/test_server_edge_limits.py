@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import select
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +12,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from runtime_server_process import SERVED_MODEL, LiveServer, free_port, running_server
+from runtime_server_process import SERVED_MODEL, LiveServer, running_router, running_server
 
 pytestmark = pytest.mark.slow
 
@@ -38,45 +36,16 @@ def server(tiny_model: Path, server_logs: Path) -> Iterator[LiveServer]:
 
 @pytest.fixture(scope="module")
 def router(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    config = tmp_path_factory.mktemp("router") / "router.json"
-    config.write_text(f'{{"tracks": {{"stable": {{"weight": 100, "endpoints": ["{server.base_url}"]}}}}}}')
-    port = free_port()
-    command = [sys.executable, "-m", "kubeinfer_runtime.cli", "route", "--config", str(config)]
-    process = subprocess.Popen([*command, "--host", "127.0.0.1", "--port", str(port), *EDGE_ARGS])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while not _ready(url):
-            assert process.poll() is None and time.monotonic() < deadline, "router never became ready"
-            time.sleep(0.1)
+    with running_router(server.base_url, tmp_path_factory.mktemp("router"), *EDGE_ARGS) as url:
         yield url
-    finally:
-        process.kill()
-        process.wait()
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/ready", timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False
-
-
-@pytest.fixture(params=["server", "router"])
-def url(request: pytest.FixtureRequest) -> str:
-    return (
-        request.getfixturevalue("server").base_url
-        if request.param == "server"
-        else request.getfixturevalue("router")
-    )
 
 
 def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
 
 
-def test_a_body_over_the_limit_gets_413_in_openai_shape_and_one_under_it_is_served(url: str) -> None:
-    client = _client(url)
+def test_a_body_over_the_limit_gets_413_in_openai_shape_and_one_under_it_is_served(edge_url: str) -> None:
+    client = _client(edge_url)
     with pytest.raises(openai.APIStatusError) as refused:
         client.completions.create(model=SERVED_MODEL, prompt="x" * (MAX_BODY + 1), max_tokens=1)
     assert refused.value.status_code == 413
@@ -87,14 +56,14 @@ def test_a_body_over_the_limit_gets_413_in_openai_shape_and_one_under_it_is_serv
     assert served.usage.completion_tokens == 2
 
 
-def test_a_chunked_body_over_the_limit_gets_413(url: str) -> None:
+def test_a_chunked_body_over_the_limit_gets_413(edge_url: str) -> None:
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit is counted as the body arrives
         yield b'{"model": "tiny", "prompt": "'
         for _ in range(MAX_BODY // 512 + 1):
             yield b"y" * 512
         yield b'"}'
 
-    response = httpx.post(f"{url}/v1/completions", content=chunks(), timeout=30)
+    response = httpx.post(f"{edge_url}/v1/completions", content=chunks(), timeout=30)
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "request_too_large"
 
@@ -132,18 +101,18 @@ def _read_response(sock: socket.socket) -> bytes:
     return data
 
 
-def test_headers_sent_a_byte_at_a_time_are_cut_at_the_header_timeout(url: str) -> None:
+def test_headers_sent_a_byte_at_a_time_are_cut_at_the_header_timeout(edge_url: str) -> None:
     request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" * 3
-    with _connect(url) as sock:
+    with _connect(edge_url) as sock:
         took = _sends_until_cut(sock, request, every_s=0.1)  # ~20 s of headers at this pace
         assert took < CUT_BY_S, "the slow client still held its connection"
         sock.settimeout(2)
         assert sock.recv(1024) == b""  # closed, no request was ever answered
 
 
-def test_a_body_sent_a_byte_at_a_time_gets_408_at_the_body_timeout(url: str) -> None:
+def test_a_body_sent_a_byte_at_a_time_gets_408_at_the_body_timeout(edge_url: str) -> None:
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    with _connect(url) as sock:
+    with _connect(edge_url) as sock:
         sock.sendall(head + b"Content-Length: 200\r\n\r\n")
         started = time.monotonic()
         for _ in range(40):  # ~8 s for the 200 bytes at this pace
@@ -158,12 +127,12 @@ def test_a_body_sent_a_byte_at_a_time_gets_408_at_the_body_timeout(url: str) -> 
         assert b"request_timeout" in answer
 
 
-def test_a_connection_that_sends_nothing_or_idles_after_a_request_is_closed(url: str) -> None:
-    with _connect(url) as silent:
+def test_a_connection_that_sends_nothing_or_idles_after_a_request_is_closed(edge_url: str) -> None:
+    with _connect(edge_url) as silent:
         started = time.monotonic()
         assert silent.recv(1024) == b""  # blocks until the server closes it (the socket times out at CUT_BY)
         assert time.monotonic() - started < CUT_BY_S
-    with _connect(url) as kept_alive:
+    with _connect(edge_url) as kept_alive:
         kept_alive.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert _read_response(kept_alive).startswith(b"HTTP/1.1 200")
         started = time.monotonic()

@@ -12,7 +12,9 @@ byte is forwarded the response is committed: chunks are passed through as they a
 
 Connections to the replicas are capped (upstream_limits.py); a request that finds the cap reached for
 longer than the pool timeout gets a 503 with Retry-After, counted under no replica's track: it is the
-router's own limit, not the replica's failure. Body size and read timeouts are kubeinfer_runtime.http_edge's.
+router's own limit, not the replica's failure. Body size and read timeouts are kubeinfer_runtime.http_edge's;
+API keys (checked here and again by the replica, to which the Authorization header is forwarded)
+kubeinfer_runtime.api_keys'.
 
 Every attempt is counted under the track of the replica it went to (`kubeinfer_router_upstream_attempts`),
 whether or not a retry then hid it from the client: the canary analysis judges a track on what its
@@ -43,6 +45,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from kubeinfer_runtime.api_keys import ApiKeys, RequireApiKey
 from kubeinfer_runtime.http_edge import BodyLimit, EdgeLimits
 from kubeinfer_runtime.router.balancer import TrackChooser, pick_least_loaded
 from kubeinfer_runtime.router.config import ConfigFile, RouterConfig
@@ -334,6 +337,7 @@ def create_app(
     retry_budget: RetryBudget | None = None,
     upstream_limits: UpstreamLimits | None = None,
     edge_limits: EdgeLimits | None = None,
+    api_keys: ApiKeys | None = None,
 ) -> Starlette:
     """The router app; raises ConfigError when the configuration file is missing or malformed."""
     config = ConfigFile(config_source) if isinstance(config_source, Path) else config_source
@@ -362,5 +366,9 @@ def create_app(
         Route("/metrics", router.metrics_page),
         Route("/v1/{path:path}", router, methods=["GET", "POST"]),  # an ASGI endpoint: it streams
     ]
-    middleware = [Middleware(BodyLimit, limits=edge_limits or EdgeLimits())]
+    # The key first (a refused client sends no body the router reads); it is forwarded to the replicas.
+    middleware = [
+        Middleware(RequireApiKey, keys=api_keys),
+        Middleware(BodyLimit, limits=edge_limits or EdgeLimits()),
+    ]
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

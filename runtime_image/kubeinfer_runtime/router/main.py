@@ -9,6 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
+from kubeinfer_runtime.api_keys import DEFAULT_RELOAD_S, ApiKeys
 from kubeinfer_runtime.http_edge import EdgeLimits, add_edge_arguments, edge_limits_from
 from kubeinfer_runtime.router.app import create_app
 from kubeinfer_runtime.router.config import ConfigError
@@ -62,6 +63,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="connections to all replicas in all; a request waits --upstream-pool-timeout for one, then 503",
     )
     parser.add_argument("--upstream-pool-timeout", type=float, default=DEFAULT_POOL_TIMEOUT_S, help="seconds")
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="API keys clients must send (a file, one per line, or a directory: a mounted Secret); re-read",
+    )
+    parser.add_argument("--api-key-reload-seconds", type=float, default=DEFAULT_RELOAD_S, help="seconds")
     add_edge_arguments(
         lambda name, help_, default, type_: parser.add_argument(name, type=type_, default=default, help=help_)
     )
@@ -70,7 +77,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     try:
         args.upstream_limits = UpstreamLimits(args.upstream_max_connections, args.upstream_pool_timeout)
         args.edge_limits = edge_limits_from(args)
-    except ValueError as exc:
+        args.api_keys = ApiKeys(args.api_key_file, args.api_key_reload_seconds) if args.api_key_file else None
+    except (ValueError, OSError) as exc:
         parser.error(str(exc))
     if args.max_attempts < 1:
         parser.error("--max-attempts: must be at least 1")
@@ -99,6 +107,7 @@ def main(argv: list[str]) -> int:
             ),
             upstream_limits=args.upstream_limits,
             edge_limits=args.edge_limits,
+            api_keys=args.api_keys,
         )
     except ConfigError as exc:
         print(f"kubeinfer-runtime route: {exc}", file=sys.stderr)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubeinfer_runtime.api_keys import DEFAULT_RELOAD_S, read_keys
 from kubeinfer_runtime.http_edge import EdgeLimits, add_edge_arguments, edge_limits_from
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -39,6 +40,7 @@ class ServerConfig:
     cpu_kernels: bool
     quantization: str | None
     api_key_file: str | None
+    api_key_reload_seconds: float
     warmup: bool
     drain_timeout: float
     log_format: str
@@ -99,6 +101,20 @@ def _non_negative(value: str) -> float:
     return number
 
 
+def _positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return number
+
+
+def _holds_keys(path: Path) -> bool:
+    try:
+        return bool(read_keys(path))
+    except OSError:
+        return False
+
+
 def _positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -146,7 +162,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     flag("--cpu-kernels", "fused C++ decode kernels on CPU (compiled on first use; off: eager PyTorch)", True,
          action=argparse.BooleanOptionalAction)  # fmt: skip
     flag("--quantization", "weight-only quantization applied at load: int8 (default: none)", choices=["int8"])
-    flag("--api-key-file", "file holding the API key clients must send as 'Authorization: Bearer <key>'")
+    flag(
+        "--api-key-file",
+        "API keys clients must send as 'Authorization: Bearer <key>': a file (one per line) or a directory "
+        "(one per file: a mounted Secret); re-read while serving, so keys rotate without a restart",
+    )
+    flag("--api-key-reload-seconds", "how often --api-key-file is re-read", DEFAULT_RELOAD_S, type=_positive)
     flag("--warmup", "run one generation before reporting ready", True, action=argparse.BooleanOptionalAction)
     flag(
         "--drain-timeout", "seconds in-flight requests get to finish after SIGTERM", 30.0, type=_non_negative
@@ -172,9 +193,8 @@ def parse_config(argv: list[str], environ: Mapping[str, str] = os.environ) -> Se
         parser.error(f"--model (or {env_name('--model')}) is required")
     if not Path(args.model).is_dir():
         parser.error(f"--model {args.model}: not a directory")
-    key_file = Path(args.api_key_file) if args.api_key_file else None
-    if key_file and not (key_file.is_file() and key_file.read_text().strip()):
-        parser.error(f"--api-key-file {args.api_key_file}: not a file holding a key")
+    if args.api_key_file and not _holds_keys(Path(args.api_key_file)):
+        parser.error(f"--api-key-file {args.api_key_file}: not a file or directory holding a key")
     try:
         edge_limits_from(args)
     except ValueError as exc:

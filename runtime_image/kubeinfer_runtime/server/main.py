@@ -17,6 +17,7 @@ from pathlib import Path
 import prometheus_client
 import uvicorn
 
+from kubeinfer_runtime.api_keys import ApiKeys
 from kubeinfer_runtime.server.app import RuntimeState, create_app
 from kubeinfer_runtime.server.async_engine import AdmissionLimits, AsyncEngine
 from kubeinfer_runtime.server.config import ServerConfig, parse_config
@@ -70,8 +71,8 @@ async def serve(config: ServerConfig) -> int:
         warm_up=config.warmup,
         fault_token_latency_s=config.fault_token_latency_ms / 1000,
     )
-    api_key = Path(config.api_key_file).read_text().strip() if config.api_key_file else None
-    runtime = RuntimeState(config, engine, api_key=api_key)
+    keys = ApiKeys(Path(config.api_key_file), config.api_key_reload_seconds) if config.api_key_file else None
+    runtime = RuntimeState(config, engine, api_keys=keys)
     server = _Server(
         uvicorn.Config(
             create_app(runtime),
