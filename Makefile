@@ -26,11 +26,12 @@ $(VENV_STAMP): pyproject.toml
 
 venv: $(VENV_STAMP)
 
-# Debian packages (iproute2, iptables, ...) and the Go-built binaries (Kubernetes, etcd, helm, Prometheus),
+# Debian packages (iproute2, iptables, ...) and the Go-built binaries (Kubernetes, etcd, helm, Prometheus, Jaeger),
 # cached outside the repo by version.
 deps: venv
 	bash e2e/install_deps.sh
 	bash e2e/build_binaries.sh
+	nice -n 10 bash e2e/build_jaeger.sh  # the tracing tests' backend
 	$(MAKE) kernels
 
 # The engine's C++ CPU kernels, built once per machine (cached by torch under ~/.cache/torch_extensions).

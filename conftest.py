@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """The local cluster: reused when already up (then left up), otherwise started here and taken down at
-    the end of the session, on SIGTERM/SIGHUP, or by its watchdog if this process is killed outright."""
-    from localcluster.cluster import Cluster, release, up
+    """The local cluster: another test session's is joined; one `make cluster` or `make demo` left running
+    is stopped first (KUBEINFER_TEST_REUSE_CLUSTER=1 joins it and leaves it up). Started here, it is taken
+    down at the end of the session, on SIGTERM/SIGHUP, or by its watchdog if this process is killed
+    outright."""
+    from localcluster.cluster import REUSE_ENV, Cluster, release, up
     from localcluster.config import load_config
 
     cfg, pid = load_config(), os.getpid()
-    state = up(cfg, started_by="fixture", owner_pid=pid)
+    state = up(cfg, started_by="fixture", owner_pid=pid, reuse_cli=os.environ.get(REUSE_ENV) == "1")
     finished = False
 
     def finish() -> None:

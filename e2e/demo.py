@@ -3,8 +3,9 @@
     PYTHONPATH=e2e .venv/bin/python e2e/demo.py
 
 Steps: start the local cluster (left running: `make cluster-down` stops it), write the tiny model
-where examples/tiny-cpu.yaml looks for it, install the chart, apply the example, wait for Ready,
-send one chat request to the InferenceService, print the answer and `kubectl get infsvc`.
+into the PersistentVolume of examples/tiny-model-volume.yaml and apply it, install the chart, apply
+examples/tiny-cpu.yaml in a namespace enforcing the `restricted` Pod Security Standard, wait for
+Ready, send one chat request to the InferenceService, print the answer and `kubectl get infsvc`.
 The helpers here are also what e2e/test_operator.py uses to install and talk to the operator.
 """
 
@@ -24,6 +25,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "kubeinfer"
 TINY_EXAMPLE = ROOT / "examples" / "tiny-cpu.yaml"
+MODEL_VOLUME = ROOT / "examples" / "tiny-model-volume.yaml"
+RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
 OPERATOR_NAMESPACE = "kubeinfer-system"
 RELEASE = "kubeinfer"
 
@@ -32,15 +35,27 @@ def step(number: int, text: str) -> None:
     print(f"\n[{number}/6] {text}", flush=True)
 
 
-def tiny_model_dir(example: Path = TINY_EXAMPLE) -> Path:
-    """The hostPath directory the example's pods mount as the model."""
-    return Path(yaml.safe_load(example.read_text())["spec"]["model"]["source"]["hostPath"]["path"])
+def tiny_model_dir() -> Path:
+    """The directory of the PersistentVolume the example's claim is bound to."""
+    volume = next(d for d in yaml.safe_load_all(MODEL_VOLUME.read_text()) if d["kind"] == "PersistentVolume")
+    return Path(volume["spec"]["local"]["path"])
 
 
-def model_dir_values(example: Path = TINY_EXAMPLE) -> dict[str, Any]:
-    """Chart values allowing the examples' hostPath models: the directory the tiny model lives in
-    (the chart allows no host path by default)."""
-    return {"security.allowedHostPaths": [str(tiny_model_dir(example).parent)]}
+def model_volume(namespace: str) -> list[dict[str, Any]]:
+    """examples/tiny-model-volume.yaml for a claim in `namespace`: the PersistentVolume is cluster-wide
+    and binds one claim, so each namespace's gets a volume of its own (same directory, read-only)."""
+    volume, claim = list(yaml.safe_load_all(MODEL_VOLUME.read_text()))
+    if namespace != claim["metadata"]["namespace"]:
+        volume["metadata"]["name"] = claim["spec"]["volumeName"] = f"tiny-model-{namespace}"
+        volume["spec"]["claimRef"]["namespace"] = claim["metadata"]["namespace"] = namespace
+    return [volume, claim]
+
+
+def restrict(cluster: Any, namespace: str) -> None:
+    """Create `namespace` (if need be) enforcing the restricted Pod Security Standard."""
+    if cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+        cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, RESTRICTED, "--overwrite")
 
 
 def ensure_tiny_model(directory: Path) -> None:
@@ -129,11 +144,14 @@ def main() -> int:
     print(f"      apiserver {cluster.server}; nodes {', '.join(cluster.node_names)}")
 
     model_dir = tiny_model_dir()
-    step(2, f"Writing the tiny model where {TINY_EXAMPLE.name} mounts it: {model_dir}")
+    step(2, f"Writing the tiny model into the PersistentVolume of {MODEL_VOLUME.name}: {model_dir}")
     ensure_tiny_model(model_dir)
+    restrict(cluster, "default")
+    print(cluster.kubectl("apply", "-f", str(MODEL_VOLUME)).stdout.rstrip())
 
     step(3, f"helm install {RELEASE} charts/kubeinfer (namespace {OPERATOR_NAMESPACE})")
-    helm_install(cluster, {"prometheusUrl": cluster.prometheus_url, **model_dir_values()})
+    restrict(cluster, OPERATOR_NAMESPACE)
+    helm_install(cluster, {})  # the chart's defaults: Prometheus by its DNS name in `monitoring`
     print(cluster.kubectl("get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "wide").stdout.rstrip())
 
     step(4, f"kubectl apply -f examples/{TINY_EXAMPLE.name}; waiting for condition Ready")

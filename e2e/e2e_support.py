@@ -10,7 +10,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from demo import ensure_tiny_model, helm_install, model_dir_values, tiny_model_dir
+import yaml
+from demo import ensure_tiny_model, helm_install, model_volume, restrict, tiny_model_dir
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90, interval: float = 0.5) -> Any:
@@ -32,24 +33,25 @@ def get(cluster: Any, *args: str) -> dict[str, Any]:
 def operator_release(
     cluster: Any, *, release: str, operator_namespace: str, namespace: str, values: dict[str, Any]
 ) -> Iterator[None]:
-    """The chart installed as `release`, watching only `namespace` (created fresh), with the tiny
-    model on disk; on exit the namespace, the release and the operator's Lease go."""
+    """The chart installed as `release`, watching only `namespace` (created fresh), both namespaces
+    enforcing the restricted Pod Security Standard, with the tiny model on disk behind the claim
+    `tiny-model` in `namespace`; on exit the namespace, its volume, the release and the operator's
+    Lease go."""
     ensure_tiny_model(tiny_model_dir())
+    volume, claim = model_volume(namespace)
+    cluster.kubectl("delete", "pv", volume["metadata"]["name"], "--ignore-not-found")  # an interrupted run's
     # A namespace left terminating by an earlier session cannot take new objects: wait it out.
     wait_for(
         f"namespace {namespace} from an earlier run to go",
         lambda: cluster.kubectl("get", "namespace", namespace, check=False).returncode != 0,
         timeout=120,
     )
-    cluster.kubectl("create", "namespace", namespace)
+    restrict(cluster, namespace)
+    restrict(cluster, operator_namespace)
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([volume, claim]))
     helm_install(
         cluster,
-        {
-            "prometheusUrl": cluster.prometheus_url,
-            "watchNamespaces": [namespace],
-            **model_dir_values(),
-            **values,
-        },
+        {"watchNamespaces": [namespace], **values},  # Prometheus: the chart's default URL, by DNS name
         release=release,
         namespace=operator_namespace,
     )
@@ -57,6 +59,7 @@ def operator_release(
         yield
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", volume["metadata"]["name"], "--wait=false", check=False)
         subprocess.run(
             [cluster.helm_path, "uninstall", release, f"--kubeconfig={cluster.kubeconfig}",
              f"--namespace={operator_namespace}", "--wait"],

@@ -275,8 +275,15 @@ def test_scale_up_stops_at_the_gpus_that_fit(operator: Any, burst: tuple[str, Lo
                     "image": "busybox",
                     "command": ["sleep", "3600"],
                     "resources": {"limits": {"nvidia.com/gpu": 2}},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
                 }
             ],
+            # The namespace enforces the restricted Pod Security Standard.
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65534,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
             "terminationGracePeriodSeconds": 1,
         },
     }

@@ -225,7 +225,7 @@ def within_sampling_error(samples: list[Sample], weight: int) -> tuple[float, fl
 
 def test_a_new_model_revision_goes_through_every_step_to_promoted(operator: Any, load: Load) -> None:
     began = time.monotonic()
-    # Only spec.model.revision changes (hostPath weights): that alone is a new revision to roll out.
+    # Only spec.model.revision changes (weights on a volume): that alone is a new revision to roll out.
     old, new = start_rollout(operator, manifest("1", model_revision="v2"))
     done = wait_phase(operator, {"Promoted", "RolledBack"}, timeout=180)
     assert done["rolloutPhase"] == "Promoted", done.get("rollout")

@@ -255,7 +255,7 @@ def cluster_ip_url(cluster: Any, name: str) -> str:
 
 
 def test_a_model_revision_change_alone_rolls_out_a_new_revision(operator: Any, tiny: dict[str, Any]) -> None:
-    # hostPath weights: nothing of the pod but the revision annotation says which version they are.
+    # Weights on a volume: nothing of the pod but the revision annotation says which version they are.
     first = get(operator, "infsvc", "tiny", "-n", NAMESPACE)["status"]["stableRevision"]
     patch = '{"spec":{"model":{"revision":"v2"}}}'
     operator.kubectl("patch", "infsvc", "tiny", "-n", NAMESPACE, "--type=merge", "-p", patch)
@@ -325,6 +325,31 @@ def test_a_crashing_runtime_is_explained(operator: Any) -> None:
     degraded = condition(get(operator, "infsvc", "broken", "-n", NAMESPACE), "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "CrashLoop")
     operator.kubectl("delete", "infsvc", "broken", "-n", NAMESPACE)
+
+
+def test_a_runtime_over_its_memory_limit_is_oom_killed_and_explained(operator: Any) -> None:
+    if not operator.real_nodes:
+        pytest.skip(
+            "needs real nodes (KUBEINFER_NODE_KIND=real): the process kubelet enforces no memory limit"
+        )
+    # 128 Mi: less than importing torch takes, so the kernel kills the runtime before it serves.
+    apply(operator, manifest("oom", runtime__resources__memory="128Mi"))
+
+    def oom_killed() -> dict[str, Any] | None:
+        pods = owned(operator, "pod", "oom")
+        statuses = [s for p in pods for s in p["status"].get("containerStatuses") or []]
+        return next((t for s in statuses if (t := (s.get("lastState") or {}).get("terminated"))), None)
+
+    killed = wait_for("the runtime container to be killed", oom_killed, timeout=120)
+    assert (killed["exitCode"], killed["reason"]) == (137, "OOMKilled")
+
+    def explained() -> dict[str, Any]:
+        ready = condition(get(operator, "infsvc", "oom", "-n", NAMESPACE), "Ready")
+        return ready if ready.get("reason") == "OutOfMemory" else {}
+
+    ready = wait_for("the OutOfMemory condition", explained, timeout=60)
+    assert ready["status"] == "False" and "spec.runtime.resources.memory" in ready["message"]
+    operator.kubectl("delete", "infsvc", "oom", "-n", NAMESPACE)
 
 
 def test_the_standby_takes_over_when_the_leader_dies(operator: Any, tiny: dict[str, Any]) -> None:

@@ -44,6 +44,30 @@ layout_digest() {  # layout_digest DIR REF: the manifest digest DIR's index name
   python3 -c 'import json,sys; idx=json.load(open(sys.argv[1]+"/index.json")); print(next((m["digest"] for m in idx["manifests"] if m.get("annotations",{}).get("org.opencontainers.image.ref.name")==sys.argv[2]), ""))' "$1" "$2" 2>/dev/null || true
 }
 
+# prune_layout DIR: drop the index entries a push left without a name (earlier builds of the image) and
+# the blobs no named manifest reaches: ~2 GB per rebuild of the runtime image otherwise.
+prune_layout() {
+  python3 - "$1" <<'PY'
+import json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+def blob(digest): return root / "blobs" / digest.replace(":", "/", 1)
+index = json.loads((root / "index.json").read_text())
+index["manifests"] = [m for m in index["manifests"] if "org.opencontainers.image.ref.name" in m.get("annotations", {})]
+(root / "index.json").write_text(json.dumps(index))
+keep, todo = set(), [m["digest"] for m in index["manifests"]]
+while todo:  # manifests (and nested indexes) name their config and layers
+    digest = todo.pop()
+    keep.add(digest)
+    doc = json.loads(blob(digest).read_text())
+    todo += [d["digest"] for d in doc.get("manifests", [])]
+    keep.update(d["digest"] for d in [doc.get("config") or {}, *doc.get("layers", [])] if d)
+for path in (root / "blobs").glob("*/*"):
+    if f"{path.parent.name}:{path.name}" not in keep:
+        path.unlink()
+PY
+}
+
 # export_image REF KEY: push REF from buildah storage to its OCI layout (reusing blobs already there),
 # record the key, print the result line.
 export_image() {
@@ -54,6 +78,7 @@ export_image() {
   if [[ "$(cat "$layout/.image-id" 2>/dev/null)" != "$id" ]]; then
     local began=$SECONDS
     "${BUILDAH[@]}" push --quiet "$ref" "oci:$layout:$ref" >/dev/null
+    prune_layout "$layout"
     echo "$id" > "$layout/.image-id"
     log "exported $ref in $((SECONDS - began))s, $(du -sh "$layout" | cut -f1) compressed"
   fi

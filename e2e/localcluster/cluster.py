@@ -6,13 +6,16 @@ state dir; `down` works from that file alone, and also from a half-written one."
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -153,12 +156,33 @@ def make_pki(cfg: ClusterConfig, pki_dir: Path) -> None:
         pool.submit(pki.make_service_account_key, pki_dir).result()
 
 
-def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int | None = None) -> Obj:
-    """Start the cluster unless it is already up; returns its state."""
+REUSE_ENV = "KUBEINFER_TEST_REUSE_CLUSTER"
+
+
+def may_reuse(running_started_by: str, started_by: str, reuse_cli: bool) -> bool:
+    """Whether a caller joins the cluster that is up. A test session joins another session's cluster, but
+    not one `make cluster` or `make demo` started (unless asked to): the demo's operator would reconcile
+    the tests' objects, and the tests would change what the user is looking at."""
+    return started_by == "cli" or running_started_by != "cli" or reuse_cli
+
+
+def up(
+    cfg: ClusterConfig | None = None,
+    started_by: str = "cli",
+    owner_pid: int | None = None,
+    reuse_cli: bool = True,
+) -> Obj:
+    """Start the cluster unless it is already up (and may be joined); returns its state."""
     cfg = cfg or load_config()
     with locked(cfg):
         state = read_state(cfg)
-        if state and state.get("ready") and _running(state):
+        running = bool(state and state.get("ready") and _running(state))
+        if state and running and not may_reuse(state["started_by"], started_by, reuse_cli):
+            _say(
+                "stopping the cluster `make cluster` / `make demo` left running: a test session gets a "
+                f"cluster of its own ({REUSE_ENV}=1 joins it instead)"
+            )
+        elif state and running:
             # a loaded machine can keep /readyz waiting: a cluster whose processes all live is not torn down
             procs.wait_until("the running cluster's apiserver", lambda: apiserver_ready(state), 120)
             if started_by == "cli" and state["started_by"] != "cli":
@@ -168,7 +192,8 @@ def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int
             return state
         _down(cfg)
         try:
-            state = _start(cfg, started_by)
+            with _terminated_as_exit():
+                state = _start(cfg, started_by)
         except BaseException:
             _down(cfg)
             raise
@@ -180,6 +205,25 @@ def up(cfg: ClusterConfig | None = None, started_by: str = "cli", owner_pid: int
             state["daemons"].append(procs.spawn("watchdog", argv, log, env=env).to_json())
             write_state(cfg, state)
         return state
+
+
+@contextlib.contextmanager
+def _terminated_as_exit() -> Iterator[None]:
+    """SIGTERM/SIGHUP while a cluster starts raise SystemExit, so the half-started cluster is taken down
+    (no watchdog exists yet, and a process killed by the default action would leave it running)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, exit_now) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _start(cfg: ClusterConfig, started_by: str) -> Obj:
@@ -315,8 +359,12 @@ def _start(cfg: ClusterConfig, started_by: str) -> Obj:
     )
     wait("kube-proxy", lambda: bool(_get(f"http://127.0.0.1:{ports.proxy_healthz}/healthz")), 30)
     wait("prometheus", lambda: "Ready" in _get(f"{state['prometheus_url']}/-/ready"), 30)
+    handle = Cluster.from_state(cfg, state)
+    in_cluster = prometheus.service_manifests(cfg.bridge_ip, ports.prometheus)
+    handle.kubectl(
+        "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": in_cluster})
+    )
     if cfg.node_kind == "real":
-        handle = Cluster.from_state(cfg, state)
         realcluster.install_dns(handle.kubectl, state, cfg.service_cidr)
         procs.wait_until("CoreDNS ready", lambda: _dns_ready(handle), 120)
     state |= {"ready": True, "up_seconds": round(time.monotonic() - began, 1)}

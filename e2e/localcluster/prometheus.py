@@ -93,3 +93,36 @@ def argv(bin_dir: Path, prom_dir: Path, address: str, port: int) -> list[str]:
         "--storage.tsdb.retention.time=1d",
         "--log.level=warn",
     ]
+
+
+# Where the chart's default `prometheusUrl` (http://prometheus-server.monitoring.svc:9090, the
+# prometheus-community chart's Service) points: a Service without a selector whose one endpoint is the
+# host's Prometheus, so pods reach it by that DNS name as they would a Prometheus running in the cluster.
+SERVICE_NAMESPACE, SERVICE_NAME, SERVICE_PORT = "monitoring", "prometheus-server", 9090
+
+
+def service_manifests(ip: str, port: int) -> list[dict[str, object]]:
+    meta = {"name": SERVICE_NAME, "namespace": SERVICE_NAMESPACE}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SERVICE_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": port, "protocol": "TCP"}]
+            },
+        },
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": SERVICE_NAME,
+                "namespace": SERVICE_NAMESPACE,
+                "labels": {"kubernetes.io/service-name": SERVICE_NAME},
+            },
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}],
+        },
+    ]

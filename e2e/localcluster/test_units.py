@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import pytest
+
+from localcluster.cluster import _terminated_as_exit, may_reuse
 from localcluster.config import load_config
 from localcluster.kubelet.container import backoff_delay
 from localcluster.kubelet.launcher import Mount, hosts_file, launch_argv, service_names
@@ -126,3 +132,19 @@ def test_config_reads_node_capacity() -> None:
     assert [n.name for n in cfg.nodes] == ["kubeinfer-node-1", "kubeinfer-node-2", "kubeinfer-node-3"]
     assert cfg.nodes[2].capacity["nvidia.com/gpu"] == "8" and cfg.nodes[2].pod_cidr == "10.244.3.0/24"
     assert cfg.kubernetes_service_ip == "10.96.0.1"
+
+
+def test_a_test_session_joins_another_session_but_not_the_demo_cluster() -> None:
+    assert may_reuse("fixture", "fixture", reuse_cli=False)  # parallel test sessions share one cluster
+    assert not may_reuse("cli", "fixture", reuse_cli=False)  # `make demo` then `make test`
+    assert may_reuse("cli", "fixture", reuse_cli=True)  # KUBEINFER_TEST_REUSE_CLUSTER=1
+    assert may_reuse("fixture", "cli", reuse_cli=False)  # `make cluster` adopts a session's cluster
+
+
+def test_sigterm_while_a_cluster_starts_raises_so_it_is_taken_down() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exited, _terminated_as_exit():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises at the next bytecode: never reached
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before

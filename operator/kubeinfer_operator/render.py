@@ -185,10 +185,21 @@ def _tolerations(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
     return tolerations
 
 
+# The builtin runtime records the revision it serves on its traces. The revision label is set after the
+# template is hashed (render_deployment), so the pod reads it back through the downward API.
+REVISION_ENV = {
+    "name": "KUBEINFER_SERVING_REVISION",
+    "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_REVISION}']"}},
+}
+
+
 def _env(spec: InferenceServiceSpec) -> list[dict[str, Any]]:
     user = [e.model_dump(by_alias=True, exclude_none=True) for e in spec.runtime.env]
     names = {e["name"] for e in user}
-    return [{"name": k, "value": v} for k, v in SCRATCH_ENV.items() if k not in names] + user
+    ours = [{"name": k, "value": v} for k, v in SCRATCH_ENV.items() if k not in names]
+    if spec.runtime.engine == "builtin" and REVISION_ENV["name"] not in names:
+        ours.append(REVISION_ENV)
+    return ours + user
 
 
 def _pod_annotations(spec: InferenceServiceSpec, settings: Settings) -> dict[str, str]:

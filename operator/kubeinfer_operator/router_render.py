@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubeinfer_operator.api.spec import EnvVar
 from kubeinfer_operator.names import FIELD_MANAGER, LABEL_APP, LABEL_ISVC, LABEL_MANAGED_BY, SERVICE_PORT
 from kubeinfer_operator.render import PRE_STOP_SECONDS, Owner, _render, render_service
 from kubeinfer_operator.settings import Settings
@@ -42,9 +43,21 @@ def router_labels(isvc: str) -> dict[str, str]:
     return {LABEL_APP: ROUTER_APP, LABEL_ISVC: isvc, LABEL_MANAGED_BY: FIELD_MANAGER}
 
 
-def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> list[dict[str, Any]]:
+def tracing_env(runtime_env: list[EnvVar]) -> list[dict[str, Any]]:
+    """The OpenTelemetry settings of spec.runtime.env (OTEL_*), which the router shares with the replicas
+    so that its spans reach the same collector; the service name stays the router's own."""
+    return [
+        e.model_dump(by_alias=True, exclude_none=True)
+        for e in runtime_env
+        if e.name.startswith("OTEL_") and e.name != "OTEL_SERVICE_NAME"
+    ]
+
+
+def render_router(
+    owner: Owner, settings: Settings, config: dict[str, Any], env: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """Everything the router needs, in the order to apply it (access before the pods that use it); the
-    Service in front of it is render_router_service's."""
+    Service in front of it is render_router_service's. `env` goes into the router's container."""
     name, labels = router_name(owner.name), router_labels(owner.name)
     common = {
         "name": name,
@@ -73,6 +86,7 @@ def render_router(owner: Owner, settings: Settings, config: dict[str, Any]) -> l
         scrape_annotations=settings.scrape_annotations,
         grace_seconds=ROUTER_GRACE_SECONDS,
         pre_stop_seconds=PRE_STOP_SECONDS,
+        env=env or [],
     )
     access = _render(
         "router-access.yaml.j2",

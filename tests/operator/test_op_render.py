@@ -40,8 +40,20 @@ def test_tiny_example_runs_the_builtin_runtime_on_cpu_with_the_spec_limits() -> 
     assert _flag(args, "--device") == "cpu"
     assert container["resources"] == {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
     model = next(v for v in pod["spec"]["volumes"] if v["name"] == "model")
-    assert model["hostPath"]["path"] == "/var/lib/kubeinfer/models/tiny"
+    assert model["persistentVolumeClaim"] == {"claimName": "tiny-model", "readOnly": True}
     assert {"name": "model", "mountPath": "/mnt/model", "readOnly": True} in container["volumeMounts"]
+
+
+def test_builtin_runtime_reads_its_revision_label_for_traces_and_vllm_does_not_get_it() -> None:
+    template = render_pod_template(OWNER, spec_of(example("tiny-cpu.yaml")), SETTINGS)
+    env = _container(template.template)["env"]
+    revision = next(e for e in env if e["name"] == "KUBEINFER_SERVING_REVISION")
+    assert revision["valueFrom"] == {"fieldRef": {"fieldPath": f"metadata.labels['{LABEL_REVISION}']"}}
+    deployment = render_deployment(OWNER, spec_of(example("tiny-cpu.yaml")), template, 1)
+    # the label the downward API reads is on the pods the Deployment makes
+    assert deployment["spec"]["template"]["metadata"]["labels"][LABEL_REVISION] == template.revision
+    vllm = _container(render_pod_template(OWNER, spec_of(example("vllm.yaml")), SETTINGS).template)
+    assert "KUBEINFER_SERVING_REVISION" not in {e["name"] for e in vllm["env"]}
 
 
 def test_gpu_count_goes_to_limits_under_the_configured_resource_with_a_toleration() -> None:

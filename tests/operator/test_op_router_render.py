@@ -6,8 +6,9 @@ import json
 
 from op_fixtures import OWNER
 
+from kubeinfer_operator.api.spec import EnvVar
 from kubeinfer_operator.names import LABEL_ISVC, LABEL_TRACK
-from kubeinfer_operator.router_render import render_router, render_router_service
+from kubeinfer_operator.router_render import render_router, render_router_service, tracing_env
 from kubeinfer_operator.settings import Settings
 
 CONFIG = {"tracks": {"stable": {"weight": 90, "endpoints": ["http://10.0.0.1:8000"]}}}
@@ -58,3 +59,26 @@ def test_the_service_selects_the_router_pods_which_prometheus_scrapes_without_a_
     assert LABEL_TRACK not in template["metadata"]["labels"]  # else the router's own `track` is renamed
     assert template["metadata"]["annotations"]["prometheus.io/port"] == "8080"
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == OWNER.uid for o in objs.values())
+
+
+def test_the_router_shares_the_replicas_opentelemetry_settings_but_not_their_service_name() -> None:
+    runtime_env = [
+        EnvVar(name="OTEL_EXPORTER_OTLP_ENDPOINT", value="http://jaeger.observability:4318"),
+        EnvVar(name="OTEL_SERVICE_NAME", value="chat-runtime"),
+        EnvVar(
+            name="OTEL_EXPORTER_OTLP_HEADERS", value_from={"secretKeyRef": {"name": "otlp", "key": "headers"}}
+        ),
+        EnvVar(name="HF_TOKEN", value="secret"),
+    ]
+    env = tracing_env(runtime_env)
+    assert env == [
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://jaeger.observability:4318"},
+        {
+            "name": "OTEL_EXPORTER_OTLP_HEADERS",
+            "valueFrom": {"secretKeyRef": {"name": "otlp", "key": "headers"}},
+        },
+    ]
+    deployment = render_router(OWNER, Settings(), CONFIG, env)[-1]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["env"] == env
+    # Without any, the container has no env at all (the router's pods are not rolled for nothing).
+    assert "env" not in _by_kind()["Deployment"]["spec"]["template"]["spec"]["containers"][0]

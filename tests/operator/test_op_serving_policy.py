@@ -13,7 +13,14 @@ from kubeinfer_operator.reconcile import observe_and_plan
 from kubeinfer_operator.serving_policy import host_path_allowed, image_allowed, refusals
 from kubeinfer_operator.settings import Settings, load_settings
 
-MODELS = "/var/lib/kubeinfer/models"  # where examples/tiny-cpu.yaml's model lives
+MODELS = "/var/lib/kubeinfer/models"
+
+
+def host_path_manifest() -> dict:
+    """examples/tiny-cpu.yaml with its model on the node's disk instead of a claim."""
+    manifest = example("tiny-cpu.yaml")
+    manifest["spec"]["model"]["source"] = {"hostPath": {"path": f"{MODELS}/tiny"}}
+    return manifest
 
 
 @pytest.mark.parametrize(
@@ -65,7 +72,7 @@ def test_no_image_prefixes_allow_any_image() -> None:
 
 
 def test_the_refusals_name_the_field_and_the_chart_value() -> None:
-    spec = spec_of(example("tiny-cpu.yaml"), image="docker.io/attacker/miner:1")
+    spec = spec_of(host_path_manifest(), image="docker.io/attacker/miner:1")
     (host_path, image) = refusals(spec, Settings(allowed_image_prefixes=("registry.corp/",)))
     assert (host_path.field, host_path.setting) == (
         "spec.model.source.hostPath.path",
@@ -87,7 +94,7 @@ def test_an_unset_image_runs_the_operators_own_whatever_the_prefixes() -> None:
 
 
 def _plan(settings: Settings, api: FakeAPI | None = None):
-    return observe_and_plan(api or FakeAPI(), settings, isvc(example("tiny-cpu.yaml")))
+    return observe_and_plan(api or FakeAPI(), settings, isvc(host_path_manifest()))
 
 
 def test_a_refused_host_path_rolls_no_pods_and_says_which_setting() -> None:

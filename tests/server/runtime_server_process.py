@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,8 +88,15 @@ class LiveServer:
             self.process.wait()
 
 
-def start_server(model_dir: Path, log_dir: Path, *args: str, api_key: str | None = None) -> LiveServer:
-    """Start a server on a free port; the caller waits for readiness (or for the exit it expects)."""
+def start_server(
+    model_dir: Path,
+    log_dir: Path,
+    *args: str,
+    api_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> LiveServer:
+    """Start a server on a free port, with `env` added to this process's environment; the caller waits
+    for readiness (or for the exit it expects)."""
     port = free_port()
     command = [RUNTIME_CLI, "serve", "--model", str(model_dir), "--served-model-name", SERVED_MODEL]
     command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32", *args]
@@ -98,14 +106,18 @@ def start_server(model_dir: Path, log_dir: Path, *args: str, api_key: str | None
         command += ["--api-key-file", str(key_file)]
     log_path = log_dir / f"server-{port}.log"
     with log_path.open("w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     return LiveServer(process, f"http://127.0.0.1:{port}", log_path, api_key)
 
 
 @contextlib.contextmanager
-def running_server(model_dir: Path, log_dir: Path, *args: str) -> Iterator[LiveServer]:
+def running_server(
+    model_dir: Path, log_dir: Path, *args: str, env: Mapping[str, str] | None = None
+) -> Iterator[LiveServer]:
     """A ready server for the block's duration (a module fixture's body), killed afterwards."""
-    live = start_server(model_dir, log_dir, *args)
+    live = start_server(model_dir, log_dir, *args, env=env)
     try:
         live.wait_ready()
         yield live

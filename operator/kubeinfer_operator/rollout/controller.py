@@ -29,7 +29,7 @@ from kubeinfer_operator.rollout import state_machine as machine
 from kubeinfer_operator.rollout.analysis import LatencyObjective, Outcome, SLOTargets, Verdict, analyse
 from kubeinfer_operator.rollout.queries import measurement, track_queries
 from kubeinfer_operator.rollout.traffic import router_config
-from kubeinfer_operator.router_render import render_front_service, render_router
+from kubeinfer_operator.router_render import render_front_service, render_router, tracing_env
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.status import RevisionView
 
@@ -201,7 +201,7 @@ def plan_canary(
             ready_endpoints(pods, new.stable_revision),
             ready_endpoints(pods, new.canary_revision),
         )
-        apply += render_router(owner, settings, config)
+        apply += render_router(owner, settings, config, tracing_env(spec.runtime.env))
     routed = gateway is None if front_selects_router is None else front_selects_router
     apply += [render_front_service(owner, routed), render_pdb(owner)]
 

@@ -3,14 +3,19 @@ otherwise (CUDA, float16, or a machine without a compiler).
 
 The kernels are compiled on first use with the machine's C++ compiler (torch.utils.cpp_extension, about
 a minute, cached under TORCH_EXTENSIONS_DIR); `python -m kubeinfer_runtime.models.fused_ops` builds them
-ahead of time. Without a compiler the engine logs why and runs the eager path: same outputs, slower
-decode. Each function below gives both paths; the eager one is also the reference the kernel tests use.
+ahead of time, and with `--install DIR` copies the library out for an image: `KUBEINFER_CPU_KERNELS_LIB`
+naming it makes the engine load it directly (torch.ops.load_library), because cpp_extension.load takes a
+lock file in its build directory at every load, which a read-only root refuses. Without a compiler the
+engine logs why and runs the eager path: same outputs, slower decode. Each function below gives both
+paths; the eager one is also the reference the kernel tests use.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).parent / "csrc" / "cpu_ops.cpp"
 _state: dict[str, bool] = {"loaded": False, "enabled": False, "streamed_matmul": False}
+_library: dict[str, str] = {}  # "path": the library loaded
 # Rows up to this many take the C++ streamed product; more go to oneDNN (or MKL), whose blocking pays off
 # once each weight element serves enough rows (int8 weights: the C++ tiled product, which dequantizes
 # tiles for oneDNN).
@@ -38,23 +44,62 @@ KERNEL_DTYPES = (torch.float32, torch.bfloat16)
 INT8_MAX = 127
 
 
+EXTENSION = "kubeinfer_cpu_ops"
+PREBUILT_ENV = "KUBEINFER_CPU_KERNELS_LIB"
+
+
+def _cflags() -> list[str]:
+    # native: the build runs on the machine that uses it (cached per machine), so the kernels get the
+    # widest vectors it has (AVX-512 where present, else AVX2); an image built elsewhere names a
+    # baseline instead (runtime_image/Dockerfile: x86-64-v3, AVX2 and FMA).
+    return ["-O3", f"-march={os.environ.get('KUBEINFER_CPU_KERNEL_ARCH', 'native')}", "-fopenmp"]
+
+
+def source_digest() -> str:
+    """What a prebuilt library was built from: the kernel source, the compiler flags and torch's version
+    (the library links against libtorch's C++ ABI)."""
+    inputs = [SOURCE.read_bytes(), " ".join(_cflags()).encode(), torch.__version__.encode()]
+    return hashlib.sha256(b"\0".join(inputs)).hexdigest()
+
+
+def _stamp(library: Path) -> Path:
+    return library.with_name(library.name + ".sha256")
+
+
+def _load_prebuilt(library: Path) -> bool:
+    """Load a library `main --install` wrote, if it was built from this source; False to build instead."""
+    try:
+        built_from = _stamp(library).read_text().strip()
+    except OSError as err:
+        log.warning("%s=%s: no build stamp (%s); building the kernels", PREBUILT_ENV, library, err)
+        return False
+    if built_from != source_digest():
+        log.warning("%s=%s: built from another source or torch; building the kernels", PREBUILT_ENV, library)
+        return False
+    torch.ops.load_library(str(library))
+    return True
+
+
 def load_cpu_kernels(verbose: bool = False) -> None:
-    """Compile (or reuse the cached build of) the CPU kernels; raises when that is impossible."""
+    """Load the prebuilt CPU kernels, or compile (or reuse the cached build of) them; raises when that is
+    impossible."""
     if _state["loaded"]:
         return
-    from torch.utils.cpp_extension import load  # imports setuptools machinery: only when needed
+    prebuilt = os.environ.get(PREBUILT_ENV)
+    if prebuilt and _load_prebuilt(Path(prebuilt)):
+        _library["path"] = prebuilt
+    else:
+        from torch.utils.cpp_extension import load  # imports setuptools machinery: only when needed
 
-    load(
-        name="kubeinfer_cpu_ops",
-        sources=[str(SOURCE)],
-        # native: the build runs on the machine that uses it (cached per machine), so the kernels get
-        # the widest vectors it has (AVX-512 where present, else AVX2); an image built elsewhere names
-        # a baseline instead (runtime_image/Dockerfile: x86-64-v3, AVX2 and FMA).
-        extra_cflags=["-O3", f"-march={os.environ.get('KUBEINFER_CPU_KERNEL_ARCH', 'native')}", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        is_python_module=False,
-        verbose=verbose,
-    )
+        load(
+            name=EXTENSION,
+            sources=[str(SOURCE)],
+            extra_cflags=_cflags(),
+            extra_ldflags=["-fopenmp"],
+            is_python_module=False,
+            verbose=verbose,
+        )
+        _library["path"] = next(p for p in torch.ops.loaded_libraries if Path(p).name.startswith(EXTENSION))
     _state["loaded"] = True
     # Without vector FMA (a build for a pre-AVX2 baseline) MKL beats the plain-loop float32 product.
     _state["streamed_matmul"] = cpu_isa() != "none"
@@ -74,6 +119,8 @@ def use_cpu_kernels(wanted: bool) -> bool:
         except Exception as err:  # no compiler, no headers: the eager path still works
             log.warning("CPU kernels unavailable, decoding with eager PyTorch ops: %s", err)
     _state["enabled"] = wanted and _state["loaded"]
+    if _state["enabled"]:
+        log.info("CPU kernels on (%s, %s)", cpu_isa(), _library["path"])
     return _state["enabled"]
 
 
@@ -295,15 +342,22 @@ def decode_layer(
     return out, x if residual is None else residual
 
 
-def main() -> int:
-    """Build the kernels now (an image build step, CI set-up) rather than at the first model load."""
-    print(
-        f"building {SOURCE.name} into {os.environ.get('TORCH_EXTENSIONS_DIR', 'the torch extensions cache')}"
-    )
-    load_cpu_kernels(verbose="-v" in sys.argv)
-    print(f"CPU kernels ready ({cpu_isa()})")
+def main(argv: list[str]) -> int:
+    """Build the kernels now (an image build step, CI set-up) rather than at the first model load;
+    `--install DIR`: copy the library and its build stamp into DIR, for KUBEINFER_CPU_KERNELS_LIB."""
+    os.environ.pop(PREBUILT_ENV, None)  # build from source, whatever the environment says
+    print(f"building {SOURCE.name} (cached under TORCH_EXTENSIONS_DIR or torch's default)")
+    load_cpu_kernels(verbose="-v" in argv)
+    print(f"CPU kernels ready ({cpu_isa()}): {_library['path']}")
+    if "--install" in argv:
+        target = Path(argv[argv.index("--install") + 1])
+        target.mkdir(parents=True, exist_ok=True)
+        library = target / f"{EXTENSION}.so"
+        shutil.copy2(_library["path"], library)
+        _stamp(library).write_text(source_digest() + "\n")
+        print(f"installed {library}: set {PREBUILT_ENV}={library}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

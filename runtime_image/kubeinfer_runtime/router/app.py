@@ -61,6 +61,7 @@ from kubeinfer_runtime.router.upstream_limits import (
     upstream_client,
     with_retry_after,
 )
+from kubeinfer_runtime.tracing.router_spans import AttemptSpan, NoRouterTracing, RouterTracing
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Upstream:
     first_chunk: bytes
     rest: AsyncIterator[bytes]
     started: float  # when this attempt was sent: its latency is the replica's, not the earlier attempts'
+    span: AttemptSpan  # ended once the response is relayed
 
     @property
     def streamed(self) -> bool:
@@ -121,6 +123,7 @@ class Router:
         max_attempts: int,
         budget: RetryBudget | None = None,
         upstream_limits: UpstreamLimits | None = None,
+        tracing: RouterTracing | None = None,
     ) -> None:
         self.config = config
         self.client = client
@@ -128,6 +131,7 @@ class Router:
         self.probe = probe
         self.max_attempts = max_attempts
         self.budget = budget or RetryBudget()
+        self.tracing = tracing or NoRouterTracing()
         self.metrics = RouterMetrics()
         self.chooser = TrackChooser()
         self.in_flight: collections.Counter[str] = collections.Counter()
@@ -221,12 +225,18 @@ class Router:
             tried.add(endpoint)
             self.in_flight[endpoint] += 1
             started = time.perf_counter()
+            span = self.tracing.attempt(
+                track, endpoint, len(tried), self.probe.loads.get(endpoint), self.in_flight[endpoint]
+            )
             response: httpx.Response | None = None
             committed = False
             try:
-                request = self.client.build_request(method, endpoint + path, headers=headers, content=body)
+                request = self.client.build_request(
+                    method, endpoint + path, headers=span.headers(headers), content=body
+                )
                 response = await self.client.send(request, stream=True)
                 status = response.status_code
+                span.answered(status)
                 if status == 429:  # retried within its track only (see the module's docstring)
                     order = [(t, endpoints) for t, endpoints in order if t == track]
                 if is_retryable(status) and self._may_retry(order, tried, rotation, track, str(status)):
@@ -236,16 +246,19 @@ class Router:
                 rest = response.aiter_raw()
                 first_chunk = await anext(rest, b"")
                 committed = True
-                return Upstream(track, endpoint, response, first_chunk, rest, started), failures
+                return Upstream(track, endpoint, response, first_chunk, rest, started, span), failures
             except httpx.PoolTimeout as exc:  # a TransportError, but ours: no replica was tried
+                span.failed(exc)
                 raise UpstreamPoolFull(self.upstream_limits) from exc
             except httpx.TransportError as exc:
+                span.failed(exc)
                 self.metrics.attempts.labels(track=track, code=TRANSPORT).inc()
                 failures.append(f"{endpoint}: {exc!r}")
                 if not self._may_retry(order, tried, rotation, track, TRANSPORT):
                     break
             finally:
                 if not committed:
+                    span.end()
                     if response is not None:
                         await response.aclose()
                     self._release(endpoint)
@@ -286,6 +299,7 @@ class Router:
         finally:
             await response.aclose()
             self._release(upstream.endpoint)
+            upstream.span.end(attempt)
             self.metrics.attempts.labels(track=upstream.track, code=attempt).inc()
             if upstream.streamed:
                 self._record(upstream.track, code, upstream.started, ttft, gaps)
@@ -338,6 +352,7 @@ def create_app(
     upstream_limits: UpstreamLimits | None = None,
     edge_limits: EdgeLimits | None = None,
     api_keys: ApiKeys | None = None,
+    tracing: RouterTracing | None = None,
 ) -> Starlette:
     """The router app; raises ConfigError when the configuration file is missing or malformed."""
     config = ConfigFile(config_source) if isinstance(config_source, Path) else config_source
@@ -345,7 +360,7 @@ def create_app(
     client = upstream_client(upstream_limits, connect_timeout_s)
     probe_http = probe_client()  # its own pool: a full upstream pool must not blind the load probe
     probe = LoadProbe(probe_http, probe_interval_s)
-    router = Router(config, client, probe, max_attempts, retry_budget, upstream_limits)
+    router = Router(config, client, probe, max_attempts, retry_budget, upstream_limits, tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -364,7 +379,8 @@ def create_app(
         Route("/health", router.health),
         Route("/ready", router.ready),
         Route("/metrics", router.metrics_page),
-        Route("/v1/{path:path}", router, methods=["GET", "POST"]),  # an ASGI endpoint: it streams
+        # An ASGI endpoint: it streams. Unwrapped when tracing is off.
+        Route("/v1/{path:path}", router.tracing.wrap(router), methods=["GET", "POST"]),
     ]
     # The key first (a refused client sends no body the router reads); it is forwarded to the replicas.
     middleware = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from kubeinfer_runtime.router.upstream_limits import (
     DEFAULT_POOL_TIMEOUT_S,
     UpstreamLimits,
 )
+from kubeinfer_runtime.tracing.config import TracingConfigError
+from kubeinfer_runtime.tracing.router_spans import start_router_tracing
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -73,6 +76,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         lambda name, help_, default, type_: parser.add_argument(name, type=type_, default=default, help=help_)
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="export traces to this OTLP/HTTP collector, e.g. http://jaeger:4318 (default: "
+        "OTEL_EXPORTER_OTLP_ENDPOINT; unset: no tracing)",
+    )
     args = parser.parse_args(argv)
     try:
         args.upstream_limits = UpstreamLimits(args.upstream_max_connections, args.upstream_pool_timeout)
@@ -95,6 +104,7 @@ def main(argv: list[str]) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
+        tracing, stop_tracing = start_router_tracing(args.otlp_endpoint, os.environ)
         source = args.config or ConfigMapSource(*parse_reference(args.configmap))
         app = create_app(
             source,
@@ -108,8 +118,9 @@ def main(argv: list[str]) -> int:
             upstream_limits=args.upstream_limits,
             edge_limits=args.edge_limits,
             api_keys=args.api_keys,
+            tracing=tracing,
         )
-    except ConfigError as exc:
+    except (ConfigError, TracingConfigError) as exc:
         print(f"kubeinfer-runtime route: {exc}", file=sys.stderr)
         return 2
     # On SIGTERM uvicorn stops accepting and lets in-flight streams finish (the pod's grace period bounds it).
@@ -122,4 +133,5 @@ def main(argv: list[str]) -> int:
         access_log=False,
         **edge.uvicorn_options(),
     )
+    stop_tracing()  # flushes the spans still batched
     return 0

@@ -21,6 +21,7 @@ from kubeinfer_runtime.server.async_engine import AsyncEngine, EngineState, Trac
 from kubeinfer_runtime.server.config import ServerConfig
 from kubeinfer_runtime.server.errors import APIError
 from kubeinfer_runtime.server.openai_api import router
+from kubeinfer_runtime.tracing.runtime_spans import NoRuntimeTracing, RuntimeTracing
 
 log = logging.getLogger("kubeinfer.server")
 request_log = logging.getLogger("kubeinfer.request")
@@ -35,6 +36,7 @@ class RuntimeState:
     http_in_flight: int = 0  # API requests whose response has not been fully sent
     started_at: int = field(default_factory=lambda: int(time.time()))
     fault_rng: random.Random = field(default_factory=random.Random)
+    tracing: RuntimeTracing = field(default_factory=NoRuntimeTracing)
 
     def ready(self) -> bool:
         return self.engine.state == EngineState.READY and not self.draining
@@ -98,6 +100,7 @@ class RequestEnvelope:
         finally:
             self.runtime.http_in_flight -= 1
             self._log(request, status)
+            self.runtime.tracing.record(request, status)
 
     def _authorized(self, request: Request) -> bool:
         keys = self.runtime.api_keys

@@ -72,6 +72,7 @@ class TrackedRequest:
     last_token_time: float | None = None
     num_cached_prompt_tokens: int = 0
     num_output_tokens: int = 0  # of all its sequences
+    finish_reasons: list[str] = field(default_factory=list)  # one per finished sequence, for traces
     abort_outcome: str = "cancelled"  # what a FinishReason.ABORT counts as
     outcome: str | None = None  # set once finished
 
@@ -255,6 +256,8 @@ class AsyncEngine:
             tracked.num_cached_prompt_tokens = out.num_cached_prompt_tokens
         m.generation_tokens.inc(len(out.new_token_ids))
         tracked.num_output_tokens += len(out.new_token_ids)
+        if out.finished and out.finish_reason is not None:
+            tracked.finish_reasons.append(out.finish_reason.value)
         if not out.request_finished:
             return
         tracked.outcome = "success" if out.finish_reason != FinishReason.ABORT else tracked.abort_outcome

@@ -47,6 +47,8 @@ class ServerConfig:
     fault_token_latency_ms: float
     fault_error_rate: float
     fault_fail_load: bool
+    otlp_endpoint: str | None
+    serving_revision: str | None
     max_body_bytes: int
     header_timeout: float
     body_timeout: float
@@ -173,6 +175,10 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--drain-timeout", "seconds in-flight requests get to finish after SIGTERM", 30.0, type=_non_negative
     )
     flag("--log-format", "log line format", "json", choices=["json", "text"])
+    flag("--otlp-endpoint", "export traces to this OTLP/HTTP collector, e.g. http://jaeger:4318 (default: "
+         "OTEL_EXPORTER_OTLP_ENDPOINT; unset: no tracing)")  # fmt: skip
+    flag("--serving-revision", "the InferenceService revision this pod serves, recorded on its traces "
+         "(the operator sets it from the pod's revision label)")  # fmt: skip
     flag(
         "--fault-token-latency-ms", "FAULT INJECTION: added latency per output token", 0.0, type=_non_negative
     )

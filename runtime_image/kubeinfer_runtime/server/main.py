@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from kubeinfer_runtime.server.app import RuntimeState, create_app
 from kubeinfer_runtime.server.async_engine import AdmissionLimits, AsyncEngine
 from kubeinfer_runtime.server.config import ServerConfig, parse_config
 from kubeinfer_runtime.server.logs import configure_logging
+from kubeinfer_runtime.tracing.config import TracingConfigError
+from kubeinfer_runtime.tracing.runtime_spans import start_runtime_tracing
 
 log = logging.getLogger("kubeinfer.server")
 
@@ -72,7 +75,14 @@ async def serve(config: ServerConfig) -> int:
         fault_token_latency_s=config.fault_token_latency_ms / 1000,
     )
     keys = ApiKeys(Path(config.api_key_file), config.api_key_reload_seconds) if config.api_key_file else None
-    runtime = RuntimeState(config, engine, api_keys=keys)
+    try:
+        tracing, stop_tracing = start_runtime_tracing(
+            config.otlp_endpoint, config.served_model_name, config.serving_revision, os.environ
+        )
+    except TracingConfigError as exc:
+        log.error(f"tracing: {exc}")
+        return 2
+    runtime = RuntimeState(config, engine, api_keys=keys, tracing=tracing)
     server = _Server(
         uvicorn.Config(
             create_app(runtime),
@@ -116,6 +126,7 @@ async def serve(config: ServerConfig) -> int:
         exit_code = 1
     await server_task
     engine.stop()
+    stop_tracing()  # flushes the spans still batched
     return exit_code
 
 

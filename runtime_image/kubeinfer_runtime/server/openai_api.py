@@ -206,6 +206,7 @@ async def _generate(
     priority = _priority(request, body)
     ids = [shape.id] if len(prompts) == 1 else [f"{shape.id}-{k}" for k in range(len(prompts))]
     tracked: list[TrackedRequest] = []
+    request.state.tracked_all = tracked  # every prompt's, for the request's trace
     watcher = asyncio.create_task(_abort_on_disconnect(request, rt.engine, ids))
 
     def abort_all() -> None:

@@ -1,0 +1,1 @@
+"""OpenTelemetry traces of the runtime and the router: off unless an OTLP endpoint is configured."""
