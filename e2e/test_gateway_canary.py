@@ -231,10 +231,11 @@ def test_the_canary_weights_reach_the_httproute_and_routing_changes_clean_up(
 
         # Canary -> RollingUpdate: every router object goes; the Service selects the replicas again.
         apply(cluster, manifest("2", routing="rolling"))
-        router_kinds = ("deployment", "configmap", "serviceaccount", "role", "rolebinding")
+        router_objects = [(kind, f"{NAME}-router") for kind in ("deployment", "configmap", "serviceaccount")]
+        router_objects.append(("rolebinding", f"{NAME}-router-config-reader"))
         wait_for(
             "the router's objects to go",
-            lambda: all(found(cluster, kind, f"{NAME}-router") is None for kind in router_kinds),
+            lambda: all(found(cluster, kind, name) is None for kind, name in router_objects),
             timeout=90,
         )
         selector = (found(cluster, "service", NAME) or {})["spec"]["selector"]

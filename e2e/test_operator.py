@@ -388,6 +388,123 @@ def test_the_standby_takes_over_when_the_leader_dies(operator: Any, tiny: dict[s
     )
 
 
+OPERATOR_SA = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_NAME}"
+ROUTER_CLUSTER_ROLE = f"{RELEASE}-router"  # the chart's
+
+
+def can(cluster: Any, who: str, *request: str) -> bool:
+    answer = cluster.kubectl("auth", "can-i", *request, f"--as={who}", check=False)
+    assert answer.stdout.strip() in ("yes", "no"), answer.stderr
+    return answer.stdout.strip() == "yes"
+
+
+def test_the_operator_cannot_read_secrets_make_roles_or_grant_more_than_the_router_role(
+    operator: Any,
+) -> None:
+    served = ("-n", NAMESPACE)
+    assert can(operator, OPERATOR_SA, "create", "rolebindings", *served)
+    assert can(operator, OPERATOR_SA, "bind", f"clusterroles/{ROUTER_CLUSTER_ROLE}", *served)
+    for request in (
+        ("get", "secrets", *served),
+        ("list", "secrets", *served),
+        ("create", "roles", *served),
+        ("escalate", "roles", *served),
+        ("create", "clusterroles"),
+        ("escalate", "clusterroles"),
+        ("create", "clusterrolebindings"),
+        ("bind", "clusterroles/cluster-admin", *served),
+        ("bind", f"clusterroles/{ROUTER_CLUSTER_ROLE}", "-n", "kube-system"),  # a namespace it does not serve
+    ):
+        assert not can(operator, OPERATOR_SA, *request), request
+    # The apiserver's own escalation check, on a real request: binding cluster-admin is refused, binding the
+    # router's role is not.
+    binding = ("create", "rolebinding", "grab", "--serviceaccount", f"{NAMESPACE}:default", *served)
+    refused = operator.kubectl(*binding, "--clusterrole=cluster-admin", f"--as={OPERATOR_SA}", check=False)
+    assert refused.returncode != 0 and "forbidden" in refused.stderr.lower()
+    allowed = (*binding, f"--clusterrole={ROUTER_CLUSTER_ROLE}", "--dry-run=server", f"--as={OPERATOR_SA}")
+    operator.kubectl(*allowed)
+
+
+def test_a_router_may_only_read_the_config_maps_of_its_namespace(operator: Any) -> None:
+    apply(
+        operator,
+        manifest("gated", rollout__strategy="Canary", rollout__steps=[{"weight": 50, "pause": "1m"}]),
+    )
+    router = f"system:serviceaccount:{NAMESPACE}:gated-router"
+    try:
+        wait_for(
+            "the router's RoleBinding",
+            lambda: (
+                operator.kubectl(
+                    "get", "rolebinding", "gated-router-config-reader", "-n", NAMESPACE, check=False
+                ).returncode
+                == 0
+            ),
+            timeout=60,
+        )
+        assert can(operator, router, "get", "configmaps/gated-router", "-n", NAMESPACE)
+        for request in (
+            ("list", "configmaps", "-n", NAMESPACE),
+            ("get", "secrets", "-n", NAMESPACE),
+            ("get", "configmaps", "-n", "kube-system"),
+            ("create", "configmaps", "-n", NAMESPACE),
+            ("get", "pods", "-n", NAMESPACE),
+        ):
+            assert not can(operator, router, *request), request
+        assert get(operator, "rolebinding", "gated-router-config-reader", "-n", NAMESPACE)["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": ROUTER_CLUSTER_ROLE,
+        }
+        assert not get(operator, "roles", "-n", NAMESPACE)["items"]  # the operator made none
+    finally:
+        operator.kubectl("delete", "infsvc", "gated", "-n", NAMESPACE, "--wait=true", check=False)
+
+
+def test_a_host_path_outside_the_allowed_directories_is_refused_and_rolls_no_pods(operator: Any) -> None:
+    # The release allows the demo's model directory only (security.allowedHostPaths, e2e_support.py).
+    apply(operator, manifest("nodefs", model__source={"hostPath": {"path": "/etc"}}))
+    try:
+
+        def refused() -> dict[str, Any]:
+            ready = condition(get(operator, "infsvc", "nodefs", "-n", NAMESPACE), "Ready")
+            return ready if ready.get("reason") == "NotAllowedBySettings" else {}
+
+        ready = wait_for("nodefs to be refused", refused, timeout=60)
+        assert ready["status"] == "False" and "security.allowedHostPaths" in ready["message"]
+        assert not any(owned(operator, kind, "nodefs") for kind in ("deployments", "pods", "services"))
+    finally:
+        operator.kubectl("delete", "infsvc", "nodefs", "-n", NAMESPACE, "--wait=true", check=False)
+
+
+def test_services_named_like_yaml_keywords_reconcile_and_answer(operator: Any) -> None:
+    # `on` would render as true and `null` as None in unquoted YAML; `null` also runs the router's
+    # templates (Canary), whose RBAC names the service too.
+    names = {
+        "on": {},
+        "null": {"rollout__strategy": "Canary", "rollout__steps": [{"weight": 50, "pause": "1m"}]},
+    }
+    for name, changes in names.items():
+        apply(operator, manifest(name, scaling__maxReplicas=1, **changes))
+    try:
+        for name in names:
+            operator.kubectl(
+                "wait", "--for=condition=Ready", f"infsvc/{name}", "-n", NAMESPACE, "--timeout=240s"
+            )
+            assert [s["metadata"]["name"] for s in owned(operator, "services", name)] == [name]
+            assert [p["metadata"]["name"] for p in owned(operator, "pdb", name)] == [name]
+            _, answer = chat(service_urls(operator, NAMESPACE, name), "tiny", "Hi")
+            assert answer["choices"][0]["message"]["role"] == "assistant"
+        binding = get(operator, "rolebinding", "null-router-config-reader", "-n", NAMESPACE)
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "null-router", "namespace": NAMESPACE}
+        ]
+    finally:
+        operator.kubectl(
+            "delete", "infsvc", *names, "-n", NAMESPACE, "--wait=true", "--timeout=60s", check=False
+        )
+
+
 def test_deleting_the_inference_service_removes_what_it_owned(operator: Any, tiny: dict[str, Any]) -> None:
     operator.kubectl("delete", "infsvc", "tiny", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
     wait_for(

@@ -37,7 +37,6 @@ WATCHED_KINDS = (
     "Pod",
     "ConfigMap",
     "ServiceAccount",
-    "Role",
     "RoleBinding",
 )
 # Not watched (their CRDs may be absent or come later): kept from resync LISTs and the operator's own

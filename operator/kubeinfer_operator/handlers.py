@@ -174,7 +174,6 @@ def _owner(body: kopf.Body, labels: kopf.Labels) -> str:
 @kopf.on.event("v1", "pods", labels=OWNED)
 @kopf.on.event("v1", "configmaps", labels=OWNED)
 @kopf.on.event("v1", "serviceaccounts", labels=OWNED)
-@kopf.on.event("rbac.authorization.k8s.io", "v1", "roles", labels=OWNED)
 @kopf.on.event("rbac.authorization.k8s.io", "v1", "rolebindings", labels=OWNED)
 async def owned_object_changed(
     body: kopf.Body,

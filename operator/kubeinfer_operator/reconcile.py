@@ -54,6 +54,7 @@ from kubeinfer_operator.serving_path import (
     routing_of,
     url_answers,
 )
+from kubeinfer_operator.serving_policy import Refusal, refusal_conditions, refusals
 from kubeinfer_operator.settings import Settings
 from kubeinfer_operator.slo_alerts import alert_objects
 from kubeinfer_operator.status import (
@@ -93,7 +94,9 @@ class Plan:
 CONFLICT_ATTEMPTS = 3  # reconciles in a row whose status write found the object changed
 CONFLICT_RETRY_S = 1.0  # then the work queue tries again this much later
 SWITCH_POLL_S = 1.0  # how soon to look again while the URL does not answer from the path it should
-TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "HTTPRoute")
+# No Role: the operator may not read or write Roles (a Role an older operator made for a router goes with
+# its InferenceService, by garbage collection).
+TRAFFIC_KINDS = ("Deployment", "Service", "ConfigMap", "ServiceAccount", "RoleBinding", "HTTPRoute")
 # Owned objects deleted when the plan stops rendering them: the traffic kinds, and the SLO's alert rules
 # (alerts switched off, or an engine whose metrics carry no objectives).
 PRUNED_KINDS = (*TRAFFIC_KINDS, "PrometheusRule")
@@ -312,7 +315,17 @@ def _serving_fields(observed: Observation, owner: Owner, capacity: dict[str, Any
 def plan_invalid(isvc: dict[str, Any], problems: list[str], now: str) -> Plan:
     """A spec the apiserver let through but the operator cannot serve (e.g. a CRD older than the
     operator): change nothing, say why."""
-    status, changed = _status(isvc, invalid_spec_conditions(problems), now, {})
+    return _plan_nothing(isvc, invalid_spec_conditions(problems), now)
+
+
+def plan_refused(isvc: dict[str, Any], refused: list[Refusal], now: str) -> Plan:
+    """A spec asking for what the administrator does not allow (serving_policy.py): no pod is created or
+    changed (what already runs is left as it is), and the conditions name the chart value."""
+    return _plan_nothing(isvc, refusal_conditions(refused), now)
+
+
+def _plan_nothing(isvc: dict[str, Any], conditions: list[Condition], now: str) -> Plan:
+    status, changed = _status(isvc, conditions, now, {})
     return Plan(apply=(), retire=(), status=status, transitions=changed)
 
 
@@ -375,6 +388,8 @@ def observe_and_plan(kube: Kube, settings: Settings, isvc: dict[str, Any]) -> Pl
         spec = InferenceServiceSpec.model_validate(isvc.get("spec") or {})
     except ValidationError as error:
         return plan_invalid(isvc, [f"spec.{line}" for line in field_errors(error)], now)
+    if refused := refusals(spec, settings):
+        return plan_refused(isvc, refused, now)
     labels = {LABEL_ISVC: meta["name"], LABEL_APP: APP_NAME}  # the replicas, not the canary router
     deployments = [d for d in kube.list("Deployment", meta["namespace"], labels) if _owned_by(d, meta["uid"])]
     pods = kube.list("Pod", meta["namespace"], labels)

@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Literal
 
-import jinja2
-import yaml
-
 from kubeinfer_operator.api import InferenceServiceSpec, parse_duration
+from kubeinfer_operator.data_templates import environment, render_data
 from kubeinfer_operator.names import (
     API_VERSION,
     APP_NAME,
@@ -69,21 +66,9 @@ class PodTemplate:
     template: dict[str, Any]  # without the revision and track labels, exactly what was hashed
 
 
-@cache
-def _templates() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("kubeinfer_operator", "templates"),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
-
-
-# libyaml's parser where PyYAML was built with it: the pure-Python one was ~95% of a reconcile's time.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _render(template: str, **values: Any) -> dict[str, Any]:
-    return yaml.load(_templates().get_template(template).render(**values), Loader=_LOADER)
+def _render(template: str, **values: Any) -> Any:
+    """The object a template under templates/ lays out, values substituted as data (data_templates.py)."""
+    return render_data(environment("kubeinfer_operator", "templates").get_template(template), **values)
 
 
 def drain_seconds(spec: InferenceServiceSpec) -> int:

@@ -1,6 +1,9 @@
-"""The objects of an InferenceService's router (Canary strategy): its Deployment, the ServiceAccount,
-Role and RoleBinding that let it read its ConfigMap, the ConfigMap carrying the tracks, and the
-Service, which then selects the router pods instead of the replicas.
+"""The objects of an InferenceService's router (Canary strategy): its Deployment, the ServiceAccount and
+the RoleBinding to the chart's router ClusterRole that let it read its ConfigMap, the ConfigMap carrying
+the tracks, and the Service, which then selects the router pods instead of the replicas.
+
+The operator creates no Role: it may only bind the one ClusterRole the chart installs (RBAC `bind` with
+resourceNames), so whoever controls an InferenceService cannot have the operator grant anything else.
 
 The router reads its ConfigMap through the API (kubeinfer_runtime.router.configmap_source) rather than
 from a mounted volume: a kubelet refreshes mounted ConfigMaps only every minute or so, and a rollback
@@ -26,6 +29,12 @@ ROUTER_GRACE_SECONDS = 60
 
 def router_name(isvc: str) -> str:
     return f"{isvc}-router"
+
+
+def router_binding_name(isvc: str) -> str:
+    """Not the router's own name: RoleBindings of that name (roleRef a per-service Role, before the
+    ClusterRole) cannot change their roleRef, so the new binding is a new object and the old one pruned."""
+    return f"{router_name(isvc)}-config-reader"
 
 
 def router_labels(isvc: str) -> dict[str, str]:
@@ -73,12 +82,19 @@ def render_router(
         replicas=ROUTER_REPLICAS,
         image=settings.runtime_image,
         port=ROUTER_PORT,
+        args=["--configmap", f"{owner.namespace}/{name}", "--port", str(ROUTER_PORT)],
         scrape_annotations=settings.scrape_annotations,
         grace_seconds=ROUTER_GRACE_SECONDS,
         pre_stop_seconds=PRE_STOP_SECONDS,
         env=env or [],
     )
-    return [*_render("router-access.yaml.j2", **common), config_map, deployment]
+    access = _render(
+        "router-access.yaml.j2",
+        **common,
+        binding_name=router_binding_name(owner.name),
+        cluster_role=settings.router_cluster_role,
+    )
+    return [*access, config_map, deployment]
 
 
 def render_router_service(owner: Owner) -> dict[str, Any]:

@@ -24,11 +24,12 @@ from typing import Any, Literal
 from kubeinfer_operator.api import InferenceServiceSpec
 from kubeinfer_operator.gateway_render import track_service_name
 from kubeinfer_operator.names import LABEL_APP
-from kubeinfer_operator.router_render import ROUTER_APP, router_name
+from kubeinfer_operator.router_render import ROUTER_APP, router_binding_name, router_name
 
 Path = Literal["router", "replicas"]
 Routing = Literal["router", "gateway", "none"]  # which traffic objects the spec runs besides the Service
-ROUTER_KINDS = frozenset({"Deployment", "ConfigMap", "ServiceAccount", "Role", "RoleBinding"})
+# The RoleBinding named like the router is what operators before the router ClusterRole wrote.
+ROUTER_KINDS = frozenset({"Deployment", "ConfigMap", "ServiceAccount", "RoleBinding"})
 # What each path's pods say they are in the probe's answer header.
 COMPONENT: dict[Path, str] = {"router": "router", "replicas": "runtime"}
 
@@ -47,6 +48,8 @@ def desired_routing(spec: InferenceServiceSpec) -> Routing:
 def routing_of(kind: str, name: str, isvc: str) -> Routing | None:
     """Which routing an owned traffic object belongs to; None for the Service itself."""
     if kind in ROUTER_KINDS and name == router_name(isvc):
+        return "router"
+    if kind == "RoleBinding" and name == router_binding_name(isvc):
         return "router"
     if kind == "HTTPRoute" or (
         kind == "Service" and name in (track_service_name(isvc, "stable"), track_service_name(isvc, "canary"))

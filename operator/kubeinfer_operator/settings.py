@@ -42,6 +42,13 @@ class Settings:
     """Probe each InferenceService's URL (its Service, through the cluster's proxies) before calling it
     Ready and before deleting the objects of a routing it left. Needs the operator inside the cluster;
     off, Ready pods behind the Service are taken as the URL answering."""
+    allowed_host_paths: tuple[str, ...] = ()
+    """Directories (and what is under them) a hostPath model source may name; empty: none
+    (serving_policy.py)."""
+    allowed_image_prefixes: tuple[str, ...] = ()
+    """Prefixes spec.runtime.image must start with; empty: any image."""
+    router_cluster_role: str = "kubeinfer-router"
+    """The chart's ClusterRole for router pods, the only role the operator may bind."""
 
 
 def _flag(name: str, value: str) -> bool:
@@ -93,6 +100,9 @@ def load_settings(env: Mapping[str, str] = os.environ) -> Settings:
         monitoring_labels=labels,
         metrics_port=metrics_port,
         # In a pod the cluster's Service addresses are reachable: probe there unless told not to.
+        router_cluster_role=env.get("KUBEINFER_ROUTER_CLUSTER_ROLE", defaults.router_cluster_role),
+        allowed_host_paths=_strings("KUBEINFER_ALLOWED_HOST_PATHS", env, absolute=True),
+        allowed_image_prefixes=_strings("KUBEINFER_ALLOWED_IMAGE_PREFIXES", env),
         probe_service_url=_flag(
             "KUBEINFER_PROBE_SERVICE_URL",
             env.get("KUBEINFER_PROBE_SERVICE_URL", "true" if env.get("KUBERNETES_SERVICE_HOST") else "false"),
@@ -104,10 +114,27 @@ def _labels(name: str, value: str) -> tuple[tuple[str, str], ...]:
     """A JSON object of string labels (the chart writes it with toJson); empty means none."""
     if not value.strip():
         return ()
-    try:
-        parsed = json.loads(value)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{name}: not JSON: {error}") from None
+    parsed = _json(name, value)
     if not isinstance(parsed, dict) or not all(isinstance(v, str) for v in parsed.values()):
         raise ValueError(f"{name}={value!r}: expected a JSON object of string values")
     return tuple(sorted(parsed.items()))
+
+
+def _strings(name: str, env: Mapping[str, str], absolute: bool = False) -> tuple[str, ...]:
+    """A JSON list of non-empty strings (the chart writes it with toJson); unset or empty means none."""
+    value = env.get(name, "")
+    if not value.strip():
+        return ()
+    parsed = _json(name, value)
+    if not isinstance(parsed, list) or not all(isinstance(v, str) and v for v in parsed):
+        raise ValueError(f"{name}={value!r}: expected a JSON list of non-empty strings")
+    if absolute and not all(v.startswith("/") for v in parsed):
+        raise ValueError(f"{name}={value!r}: every entry must be an absolute path")
+    return tuple(parsed)
+
+
+def _json(name: str, value: str) -> object:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{name}: not JSON: {error}") from None

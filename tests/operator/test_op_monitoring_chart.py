@@ -29,7 +29,7 @@ def helm() -> Path:
     return binaries() / "helm"
 
 
-def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
+def template(helm: Path, *sets: str, namespace: str = "kubeinfer-system") -> list[dict[str, Any]]:
     rendered = subprocess.run(
         [
             str(helm),
@@ -37,7 +37,7 @@ def template(helm: Path, *sets: str) -> list[dict[str, Any]]:
             "kubeinfer",
             str(CHART),
             "--namespace",
-            "kubeinfer-system",
+            namespace,
             "--kube-version=1.34.4",
             *sets,
         ],
@@ -102,7 +102,9 @@ def test_prometheus_operator_switch_renders_pod_monitors_instead(helm: Path) -> 
 
 @pytest.mark.slow  # helm: built with the cluster binaries on first use
 def test_the_operator_may_write_prometheus_rules(helm: Path) -> None:
-    (role,) = by_kind(template(helm), "ClusterRole")
+    (role,) = [
+        r for r in by_kind(template(helm), "ClusterRole") if r["metadata"]["name"] == "kubeinfer-operator"
+    ]
     rule = next(r for r in role["rules"] if "monitoring.coreos.com" in r["apiGroups"])
     assert rule["resources"] == ["prometheusrules"]
     assert set(rule["verbs"]) == {"list", "create", "patch", "delete"}

@@ -15,24 +15,31 @@ CONFIG = {"tracks": {"stable": {"weight": 90, "endpoints": ["http://10.0.0.1:800
 
 
 def _by_kind() -> dict[str, dict]:
-    objects = [*render_router(OWNER, Settings(runtime_image="img:1"), CONFIG), render_router_service(OWNER)]
+    objects = [
+        *render_router(
+            OWNER, Settings(runtime_image="img:1", router_cluster_role="kubeinfer-e2e-router"), CONFIG
+        ),
+        render_router_service(OWNER),
+    ]
     return {o["kind"]: o for o in objects}
 
 
 def test_access_objects_come_before_the_pods_that_use_them() -> None:
     kinds = [o["kind"] for o in render_router(OWNER, Settings(), CONFIG)]
-    assert kinds == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment"]
+    assert kinds == ["ServiceAccount", "RoleBinding", "ConfigMap", "Deployment"]
 
 
-def test_the_router_may_read_only_its_own_config_map() -> None:
+def test_the_router_gets_the_charts_cluster_role_bound_and_no_role_of_its_own() -> None:
     objs = _by_kind()
-    assert objs["Role"]["rules"] == [
-        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["tiny-router"], "verbs": ["get"]}
-    ]
-    assert objs["RoleBinding"]["subjects"] == [
-        {"kind": "ServiceAccount", "name": "tiny-router", "namespace": "default"}
-    ]
-    assert objs["RoleBinding"]["roleRef"]["name"] == "tiny-router"
+    assert "Role" not in objs
+    binding = objs["RoleBinding"]
+    assert binding["metadata"]["name"] == "tiny-router-config-reader"
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "kubeinfer-e2e-router",
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "tiny-router", "namespace": "default"}]
     pod = objs["Deployment"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "tiny-router"
     assert pod["containers"][0]["args"] == ["--configmap", "default/tiny-router", "--port", "8080"]

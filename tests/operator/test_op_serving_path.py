@@ -148,3 +148,9 @@ def test_the_probe_reads_which_component_answered_over_real_http(ready_server: s
     # The first failure ends the probing: not yet answering is known after one.
     assert closed.components == (None,) and closed.error and "ConnectError" in closed.error
     assert not closed.all_from("runtime")
+
+
+def test_the_routers_role_binding_belongs_to_the_router_routing_under_either_name() -> None:
+    assert routing_of("RoleBinding", "tiny-router-config-reader", "tiny") == "router"
+    assert routing_of("RoleBinding", "tiny-router", "tiny") == "router"  # what older operators wrote
+    assert routing_of("RoleBinding", "other-router-config-reader", "tiny") is None

@@ -24,7 +24,8 @@ from starlette.routing import Route
 class FakeBackend:
     """A replica that answers /v1/completions with `chunks` SSE events `chunk_delay_s` apart and reports
     `waiting`/`kv` on /metrics. `status` other than 200 makes it answer every completion with that error;
-    `reply_after_s` delays a non-streamed answer, as a long generation would. `cancelled` is set when
+    `reply_after_s` delays a non-streamed answer, as a long generation would; `retry_after` is the
+    Retry-After header of its error answers. `cancelled` is set when
     the client (the router) goes away before the answer is complete."""
 
     name: str
@@ -35,6 +36,7 @@ class FakeBackend:
     chunk_delay_s: float = 0.0
     reply_after_s: float = 0.0
     crash_after_chunks: int | None = None
+    retry_after: str | None = None
     served: int = 0
     probes: int = 0
     request_ids: list[str] = field(default_factory=list)
@@ -47,7 +49,9 @@ class FakeBackend:
             body = await request.json()
             self.request_ids.append(request.headers.get("x-request-id", ""))
             if self.status != 200:
-                return JSONResponse({"error": {"message": f"{self.name} is broken"}}, status_code=self.status)
+                headers = {"retry-after": self.retry_after} if self.retry_after else None
+                error = {"error": {"message": f"{self.name} is broken"}}
+                return JSONResponse(error, status_code=self.status, headers=headers)
             self.served += 1
             if body.get("stream"):
                 return StreamingResponse(self._events(), media_type="text/event-stream")

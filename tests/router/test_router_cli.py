@@ -59,3 +59,20 @@ def test_route_command_serves_traffic(tmp_path: Path, start_backend: Callable[..
         router.terminate()
         # uvicorn shuts down gracefully, then re-raises SIGTERM so the exit status says what stopped it.
         assert router.wait(timeout=10) in (0, -signal.SIGTERM)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "named"),
+    [
+        ("--upstream-max-connections", "0", "upstream max connections"),
+        ("--max-body-bytes", "0", "body limit"),
+    ],
+)
+def test_a_limit_out_of_range_exits_2_naming_it(tmp_path: Path, flag: str, value: str, named: str) -> None:
+    config = tmp_path / "router.json"
+    write_config(config, {"stable": (100, [])})
+    result = subprocess.run(
+        [*ROUTE, "--config", str(config), flag, value], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2
+    assert named in result.stderr

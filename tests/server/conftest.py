@@ -56,3 +56,12 @@ def launch(tiny_model: Path, server_logs: Path) -> Iterator[Callable[..., LiveSe
     yield _launch
     for server in started:
         server.kill()
+
+
+@pytest.fixture(params=["server", "router"])
+def edge_url(request: pytest.FixtureRequest) -> str:
+    """The module's `server` fixture's URL, then its `router` fixture's (a router process in front of
+    that server): for what must hold at both edges."""
+    if request.param == "server":
+        return request.getfixturevalue("server").base_url
+    return request.getfixturevalue("router")

@@ -123,3 +123,40 @@ def running_server(
         yield live
     finally:
         live.kill()
+
+
+def _answers_ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@contextlib.contextmanager
+def running_router(backend_url: str, config_dir: Path, *args: str) -> Iterator[str]:
+    """A ready `kubeinfer-runtime route` process sending everything to `backend_url`; yields its URL."""
+    config = config_dir / "router.json"
+    config.write_text(json.dumps({"tracks": {"stable": {"weight": 100, "endpoints": [backend_url]}}}))
+    port = free_port()
+    command = [
+        RUNTIME_CLI,
+        "route",
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *args,
+    ]
+    process = subprocess.Popen(command)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not _answers_ready(url):
+            assert process.poll() is None and time.monotonic() < deadline, "router never became ready"
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.kill()
+        process.wait()

@@ -22,3 +22,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{- define "kubeinfer.routerClusterRole" -}}
+{{- printf "%s-router" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}

@@ -4,8 +4,17 @@ A request is given a track by weight, then the least-loaded replica in it. If co
 replica answers 5xx/429, or the connection drops before the first body byte, the request may be retried
 once on another replica (same track first) — nothing has reached the client yet, so the retry is
 invisible. Retries come from a budget (retry_budget.py): a share of recent requests, so a failing
-replica's load is not multiplied onto the others. Once the first byte is forwarded the response is
-committed: chunks are passed through as they arrive.
+replica's load is not multiplied onto the others. A 429 (the replica's queue is full) is retried only on
+another replica of the same track: the load probe's view is a second old, so a sibling may have room, but
+an overloaded stable track must not spill its overflow onto a canary sized for its weight. When no retry is
+left the client gets that one 429, with a Retry-After (the replica's, or the router's 1 s). Once the first
+byte is forwarded the response is committed: chunks are passed through as they arrive.
+
+Connections to the replicas are capped (upstream_limits.py); a request that finds the cap reached for
+longer than the pool timeout gets a 503 with Retry-After, counted under no replica's track: it is the
+router's own limit, not the replica's failure. Body size and read timeouts are kubeinfer_runtime.http_edge's;
+API keys (checked here and again by the replica, to which the Authorization header is forwarded)
+kubeinfer_runtime.api_keys'.
 
 Every attempt is counted under the track of the replica it went to (`kubeinfer_router_upstream_attempts`),
 whether or not a retry then hid it from the client: the canary analysis judges a track on what its
@@ -30,17 +39,28 @@ from pathlib import Path
 
 import httpx
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from kubeinfer_runtime.api_keys import ApiKeys, RequireApiKey
+from kubeinfer_runtime.http_edge import BodyLimit, EdgeLimits
 from kubeinfer_runtime.router.balancer import TrackChooser, pick_least_loaded
 from kubeinfer_runtime.router.config import ConfigFile, RouterConfig
 from kubeinfer_runtime.router.configmap_source import ConfigMapSource
 from kubeinfer_runtime.router.load_probe import LoadProbe
 from kubeinfer_runtime.router.metrics import RouterMetrics
 from kubeinfer_runtime.router.retry_budget import RetryBudget
+from kubeinfer_runtime.router.upstream_limits import (
+    RETRY_AFTER_S,
+    UpstreamLimits,
+    UpstreamPoolFull,
+    probe_client,
+    upstream_client,
+    with_retry_after,
+)
 from kubeinfer_runtime.tracing.router_spans import AttemptSpan, NoRouterTracing, RouterTracing
 
 log = logging.getLogger(__name__)
@@ -102,10 +122,12 @@ class Router:
         probe: LoadProbe,
         max_attempts: int,
         budget: RetryBudget | None = None,
+        upstream_limits: UpstreamLimits | None = None,
         tracing: RouterTracing | None = None,
     ) -> None:
         self.config = config
         self.client = client
+        self.upstream_limits = upstream_limits or UpstreamLimits()
         self.probe = probe
         self.max_attempts = max_attempts
         self.budget = budget or RetryBudget()
@@ -150,6 +172,11 @@ class Router:
         except asyncio.CancelledError:
             self._record(track, "499", received_at)
             raise
+        except UpstreamPoolFull as full:
+            self._record(track, "503", received_at)
+            response = error_response(503, str(full), request_id, track)
+            response.headers["retry-after"] = str(RETRY_AFTER_S)
+            return await response(request.scope, request.receive, send)
         if upstream is None:
             log.warning("request %s failed on every replica tried: %s", request_id, "; ".join(failures))
             self._record(track, "502", received_at)
@@ -210,6 +237,8 @@ class Router:
                 response = await self.client.send(request, stream=True)
                 status = response.status_code
                 span.answered(status)
+                if status == 429:  # retried within its track only (see the module's docstring)
+                    order = [(t, endpoints) for t, endpoints in order if t == track]
                 if is_retryable(status) and self._may_retry(order, tried, rotation, track, str(status)):
                     self.metrics.attempts.labels(track=track, code=str(status)).inc()
                     failures.append(f"{endpoint}: HTTP {status}")
@@ -218,6 +247,9 @@ class Router:
                 first_chunk = await anext(rest, b"")
                 committed = True
                 return Upstream(track, endpoint, response, first_chunk, rest, started, span), failures
+            except httpx.PoolTimeout as exc:  # a TransportError, but ours: no replica was tried
+                span.failed(exc)
+                raise UpstreamPoolFull(self.upstream_limits) from exc
             except httpx.TransportError as exc:
                 span.failed(exc)
                 self.metrics.attempts.labels(track=track, code=TRANSPORT).inc()
@@ -241,6 +273,8 @@ class Router:
             (REQUEST_ID.encode(), request_id.encode()),
             (TRACK_HEADER.encode(), upstream.track.encode()),
         ]
+        if response.status_code == 429:
+            headers = with_retry_after(headers)
         code, attempt, ttft, gaps = str(response.status_code), str(response.status_code), None, []
         try:
             await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
@@ -315,19 +349,18 @@ def create_app(
     max_attempts: int = 2,
     connect_timeout_s: float = 2.0,
     retry_budget: RetryBudget | None = None,
+    upstream_limits: UpstreamLimits | None = None,
+    edge_limits: EdgeLimits | None = None,
+    api_keys: ApiKeys | None = None,
     tracing: RouterTracing | None = None,
 ) -> Starlette:
     """The router app; raises ConfigError when the configuration file is missing or malformed."""
     config = ConfigFile(config_source) if isinstance(config_source, Path) else config_source
-    # No read timeout: a non-streamed completion sends nothing until the whole generation is done. No
-    # connection cap: every in-flight generation holds a connection for its whole length.
-    client = httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=connect_timeout_s, read=None, write=30.0, pool=None),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-        trust_env=False,  # an HTTP(S)_PROXY meant for egress must not catch pod-to-pod traffic
-    )
-    probe = LoadProbe(client, probe_interval_s)
-    router = Router(config, client, probe, max_attempts, retry_budget, tracing)
+    upstream_limits = upstream_limits or UpstreamLimits()
+    client = upstream_client(upstream_limits, connect_timeout_s)
+    probe_http = probe_client()  # its own pool: a full upstream pool must not blind the load probe
+    probe = LoadProbe(probe_http, probe_interval_s)
+    router = Router(config, client, probe, max_attempts, retry_budget, upstream_limits, tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -340,6 +373,7 @@ def create_app(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await client.aclose()
+        await probe_http.aclose()
 
     routes = [
         Route("/health", router.health),
@@ -348,4 +382,9 @@ def create_app(
         # An ASGI endpoint: it streams. Unwrapped when tracing is off.
         Route("/v1/{path:path}", router.tracing.wrap(router), methods=["GET", "POST"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    # The key first (a refused client sends no body the router reads); it is forwarded to the replicas.
+    middleware = [
+        Middleware(RequireApiKey, keys=api_keys),
+        Middleware(BodyLimit, limits=edge_limits or EdgeLimits()),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)

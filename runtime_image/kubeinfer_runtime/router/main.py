@@ -10,10 +10,17 @@ from pathlib import Path
 
 import uvicorn
 
+from kubeinfer_runtime.api_keys import DEFAULT_RELOAD_S, ApiKeys
+from kubeinfer_runtime.http_edge import EdgeLimits, add_edge_arguments, edge_limits_from
 from kubeinfer_runtime.router.app import create_app
 from kubeinfer_runtime.router.config import ConfigError
 from kubeinfer_runtime.router.configmap_source import ConfigMapSource, parse_reference
 from kubeinfer_runtime.router.retry_budget import RetryBudget
+from kubeinfer_runtime.router.upstream_limits import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_POOL_TIMEOUT_S,
+    UpstreamLimits,
+)
 from kubeinfer_runtime.tracing.config import TracingConfigError
 from kubeinfer_runtime.tracing.router_spans import start_router_tracing
 
@@ -52,6 +59,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--retry-budget-window", type=float, default=10.0, help="seconds")
     parser.add_argument("--connect-timeout", type=float, default=2.0, help="seconds to connect to a replica")
+    parser.add_argument(
+        "--upstream-max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections to all replicas in all; a request waits --upstream-pool-timeout for one, then 503",
+    )
+    parser.add_argument("--upstream-pool-timeout", type=float, default=DEFAULT_POOL_TIMEOUT_S, help="seconds")
+    parser.add_argument(
+        "--api-key-file",
+        type=Path,
+        help="API keys clients must send (a file, one per line, or a directory: a mounted Secret); re-read",
+    )
+    parser.add_argument("--api-key-reload-seconds", type=float, default=DEFAULT_RELOAD_S, help="seconds")
+    add_edge_arguments(
+        lambda name, help_, default, type_: parser.add_argument(name, type=type_, default=default, help=help_)
+    )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument(
         "--otlp-endpoint",
@@ -60,6 +83,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "OTEL_EXPORTER_OTLP_ENDPOINT; unset: no tracing)",
     )
     args = parser.parse_args(argv)
+    try:
+        args.upstream_limits = UpstreamLimits(args.upstream_max_connections, args.upstream_pool_timeout)
+        args.edge_limits = edge_limits_from(args)
+        args.api_keys = ApiKeys(args.api_key_file, args.api_key_reload_seconds) if args.api_key_file else None
+    except (ValueError, OSError) as exc:
+        parser.error(str(exc))
     if args.max_attempts < 1:
         parser.error("--max-attempts: must be at least 1")
     if not 0 <= args.retry_budget_ratio <= 1 or args.retry_budget_floor < 0 or args.retry_budget_window <= 0:
@@ -86,12 +115,23 @@ def main(argv: list[str]) -> int:
             retry_budget=RetryBudget(
                 args.retry_budget_ratio, args.retry_budget_floor, args.retry_budget_window
             ),
+            upstream_limits=args.upstream_limits,
+            edge_limits=args.edge_limits,
+            api_keys=args.api_keys,
             tracing=tracing,
         )
     except (ConfigError, TracingConfigError) as exc:
         print(f"kubeinfer-runtime route: {exc}", file=sys.stderr)
         return 2
     # On SIGTERM uvicorn stops accepting and lets in-flight streams finish (the pod's grace period bounds it).
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+    edge: EdgeLimits = args.edge_limits
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        **edge.uvicorn_options(),
+    )
     stop_tracing()  # flushes the spans still batched
     return 0

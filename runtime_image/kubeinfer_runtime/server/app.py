@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 import logging
 import random
 import time
@@ -15,6 +14,8 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kubeinfer_runtime.api_keys import ApiKeys
+from kubeinfer_runtime.http_edge import BodyLimit
 from kubeinfer_runtime.server import errors
 from kubeinfer_runtime.server.async_engine import AsyncEngine, EngineState, TrackedRequest
 from kubeinfer_runtime.server.config import ServerConfig
@@ -30,7 +31,7 @@ request_log = logging.getLogger("kubeinfer.request")
 class RuntimeState:
     config: ServerConfig
     engine: AsyncEngine
-    api_key: str | None = None
+    api_keys: ApiKeys | None = None  # None: no key needed
     draining: bool = False
     http_in_flight: int = 0  # API requests whose response has not been fully sent
     started_at: int = field(default_factory=lambda: int(time.time()))
@@ -102,10 +103,8 @@ class RequestEnvelope:
             self.runtime.tracing.record(request, status)
 
     def _authorized(self, request: Request) -> bool:
-        if self.runtime.api_key is None:
-            return True
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip(), self.runtime.api_key)
+        keys = self.runtime.api_keys
+        return keys is None or keys.allows(request.headers.get("authorization"))
 
     @staticmethod
     def _log(request: Request, status: int) -> None:
@@ -140,6 +139,7 @@ def _seconds(value: float) -> float:
 def create_app(runtime: RuntimeState) -> FastAPI:
     app = FastAPI(title="kubeinfer runtime", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.runtime = runtime
+    app.add_middleware(BodyLimit, limits=runtime.config.edge_limits)  # inside the envelope: after auth
     app.add_middleware(RequestEnvelope, runtime=runtime)
     app.include_router(router)
 

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubeinfer_runtime.api_keys import DEFAULT_RELOAD_S, read_keys
+from kubeinfer_runtime.http_edge import EdgeLimits, add_edge_arguments, edge_limits_from
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -41,6 +44,7 @@ class ServerConfig:
     ngram_min: int | None
     ngram_max: int | None
     api_key_file: str | None
+    api_key_reload_seconds: float
     warmup: bool
     drain_timeout: float
     log_format: str
@@ -49,6 +53,14 @@ class ServerConfig:
     fault_fail_load: bool
     otlp_endpoint: str | None
     serving_revision: str | None
+    max_body_bytes: int
+    header_timeout: float
+    body_timeout: float
+    idle_timeout: float
+
+    @property
+    def edge_limits(self) -> EdgeLimits:
+        return EdgeLimits(self.max_body_bytes, self.header_timeout, self.body_timeout, self.idle_timeout)
 
     def engine_overrides(self) -> dict[str, Any]:
         """Keyword arguments for LLMEngine.from_model_dir; unset options keep the engine's defaults."""
@@ -97,6 +109,20 @@ def _non_negative(value: str) -> float:
     if number < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative")
     return number
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"{value} is not positive")
+    return number
+
+
+def _holds_keys(path: Path) -> bool:
+    try:
+        return bool(read_keys(path))
+    except OSError:
+        return False
 
 
 def _positive_int(value: str) -> int:
@@ -151,7 +177,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
          type=_positive_int)  # fmt: skip
     flag("--ngram-min", "shortest context suffix the ngram drafter looks up (default 2)", type=_positive_int)
     flag("--ngram-max", "longest context suffix the ngram drafter looks up (default 4)", type=_positive_int)
-    flag("--api-key-file", "file holding the API key clients must send as 'Authorization: Bearer <key>'")
+    flag(
+        "--api-key-file",
+        "API keys clients must send as 'Authorization: Bearer <key>': a file (one per line) or a directory "
+        "(one per file: a mounted Secret); re-read while serving, so keys rotate without a restart",
+    )
+    flag("--api-key-reload-seconds", "how often --api-key-file is re-read", DEFAULT_RELOAD_S, type=_positive)
     flag("--warmup", "run one generation before reporting ready", True, action=argparse.BooleanOptionalAction)
     flag(
         "--drain-timeout", "seconds in-flight requests get to finish after SIGTERM", 30.0, type=_non_negative
@@ -167,6 +198,7 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     flag("--fault-error-rate", "FAULT INJECTION: fraction of requests answered 500", 0.0, type=_fraction)
     flag("--fault-fail-load", "FAULT INJECTION: fail the model load (the process exits non-zero)", False,
          action=argparse.BooleanOptionalAction)  # fmt: skip
+    add_edge_arguments(lambda name, help_, default, type_: flag(name, help_, default, type=type_))
     return parser
 
 
@@ -180,9 +212,12 @@ def parse_config(argv: list[str], environ: Mapping[str, str] = os.environ) -> Se
         parser.error(f"--model (or {env_name('--model')}) is required")
     if not Path(args.model).is_dir():
         parser.error(f"--model {args.model}: not a directory")
-    key_file = Path(args.api_key_file) if args.api_key_file else None
-    if key_file and not (key_file.is_file() and key_file.read_text().strip()):
-        parser.error(f"--api-key-file {args.api_key_file}: not a file holding a key")
+    if args.api_key_file and not _holds_keys(Path(args.api_key_file)):
+        parser.error(f"--api-key-file {args.api_key_file}: not a file or directory holding a key")
+    try:
+        edge_limits_from(args)
+    except ValueError as exc:
+        parser.error(str(exc))
     values = vars(args)
     values["served_model_name"] = args.served_model_name or Path(args.model).resolve().name
     return ServerConfig(**values)

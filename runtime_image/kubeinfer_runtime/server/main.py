@@ -18,6 +18,7 @@ from pathlib import Path
 import prometheus_client
 import uvicorn
 
+from kubeinfer_runtime.api_keys import ApiKeys
 from kubeinfer_runtime.server.app import RuntimeState, create_app
 from kubeinfer_runtime.server.async_engine import AdmissionLimits, AsyncEngine
 from kubeinfer_runtime.server.config import ServerConfig, parse_config
@@ -73,7 +74,7 @@ async def serve(config: ServerConfig) -> int:
         warm_up=config.warmup,
         fault_token_latency_s=config.fault_token_latency_ms / 1000,
     )
-    api_key = Path(config.api_key_file).read_text().strip() if config.api_key_file else None
+    keys = ApiKeys(Path(config.api_key_file), config.api_key_reload_seconds) if config.api_key_file else None
     try:
         tracing, stop_tracing = start_runtime_tracing(
             config.otlp_endpoint, config.served_model_name, config.serving_revision, os.environ
@@ -81,7 +82,7 @@ async def serve(config: ServerConfig) -> int:
     except TracingConfigError as exc:
         log.error(f"tracing: {exc}")
         return 2
-    runtime = RuntimeState(config, engine, api_key=api_key, tracing=tracing)
+    runtime = RuntimeState(config, engine, api_keys=keys, tracing=tracing)
     server = _Server(
         uvicorn.Config(
             create_app(runtime),
@@ -92,6 +93,7 @@ async def serve(config: ServerConfig) -> int:
             lifespan="off",
             # After _drain: what it aborted at its deadline gets a few seconds to send the end.
             timeout_graceful_shutdown=5,
+            **config.edge_limits.uvicorn_options(),
         )
     )
 
