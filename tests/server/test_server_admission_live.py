@@ -44,6 +44,22 @@ def server(tiny_model: Path, server_logs: Path) -> Iterator[LiveServer]:
         live.kill()
 
 
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response with a Content-Length (headers and body may come in several reads)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def _wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -157,7 +173,7 @@ def test_sigterm_lets_streams_finish_serves_late_requests_closing_connections_an
     client = server.client()
     idle = socket.create_connection(("127.0.0.1", int(server.base_url.rsplit(":", 1)[1])), timeout=30)
     idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # kept alive: HTTP/1.1's default
-    assert idle.recv(65536).startswith(b"HTTP/1.1 200")
+    assert _read_response(idle).startswith(b"HTTP/1.1 200")
     results: dict[int, tuple[str, int]] = {}
     first_token = threading.Event()
 
