@@ -67,3 +67,30 @@ def operator_release(
         )  # fmt: skip
         # The operator's Lease is its own, not the chart's: it outlives an uninstall.
         cluster.kubectl("delete", "lease", f"{release}-operator", "-n", operator_namespace, check=False)
+
+
+def gpu_hog(name: str, namespace: str, gpus: int, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """A pod of another workload holding `gpus` GPUs, with the securityContext a namespace enforcing the
+    restricted Pod Security Standard admits."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, **({"labels": labels} if labels else {})},
+        "spec": {
+            "containers": [
+                {
+                    "name": "hog",
+                    "image": "busybox",
+                    "command": ["sleep", "3600"],
+                    "resources": {"limits": {"nvidia.com/gpu": gpus}},
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65534,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "terminationGracePeriodSeconds": 1,
+        },
+    }

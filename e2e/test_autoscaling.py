@@ -17,7 +17,7 @@ import httpx
 import pytest
 import yaml
 from demo import TINY_EXAMPLE, endpoint_addresses, service_urls
-from e2e_support import get, operator_release, wait_for
+from e2e_support import get, gpu_hog, operator_release, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -266,30 +266,7 @@ def free_gpus(cluster: Any) -> int:
 def test_scale_up_stops_at_the_gpus_that_fit(operator: Any, burst: tuple[str, Load]) -> None:
     operator.kubectl("delete", "infsvc", burst[0], "-n", NAMESPACE, "--wait=false")  # frees the CPUs
     # Another workload holds 2 of the cluster's GPUs: what is left fits fewer replicas than the load wants.
-    hog = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "gpu-hog", "namespace": NAMESPACE},
-        "spec": {
-            "containers": [
-                {
-                    "name": "hog",
-                    "image": "busybox",
-                    "command": ["sleep", "3600"],
-                    "resources": {"limits": {"nvidia.com/gpu": 2}},
-                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                }
-            ],
-            # The namespace enforces the restricted Pod Security Standard.
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65534,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "terminationGracePeriodSeconds": 1,
-        },
-    }
-    operator.kubectl("apply", "-f", "-", input=yaml.safe_dump(hog))
+    operator.kubectl("apply", "-f", "-", input=yaml.safe_dump(gpu_hog("gpu-hog", NAMESPACE, 2)))
     operator.kubectl("wait", "--for=condition=PodScheduled", "pod/gpu-hog", "-n", NAMESPACE, "--timeout=30s")
     fits = free_gpus(operator)
     assert fits >= 1

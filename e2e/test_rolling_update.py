@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 from demo import TINY_EXAMPLE
-from e2e_support import get, operator_release, wait_for
+from e2e_support import get, gpu_hog, operator_release, wait_for
 from kubernetes import client, watch
 
 pytestmark = pytest.mark.cluster
@@ -49,32 +49,6 @@ def free_gpus(cluster: Any) -> int:
     return total - used
 
 
-def hog(name: str) -> dict[str, Any]:
-    """A pod of another workload holding one GPU (restricted securityContext: the namespace enforces it)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": "gpu-hog"}},
-        "spec": {
-            "containers": [
-                {
-                    "name": "hog",
-                    "image": "busybox",
-                    "command": ["sleep", "3600"],
-                    "resources": {"limits": {"nvidia.com/gpu": 1}},
-                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                }
-            ],
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": 65534,
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "terminationGracePeriodSeconds": 1,
-        },
-    }
-
-
 def leave_free(cluster: Any, gpus: int) -> None:
     """Occupy GPUs with hog pods until exactly `gpus` are free."""
     cluster.kubectl("delete", "pods", "-l", "app=gpu-hog", "-n", NAMESPACE, "--wait=true", check=False)
@@ -90,7 +64,8 @@ def leave_free(cluster: Any, gpus: int) -> None:
     extra = free_gpus(cluster) - gpus
     assert extra >= 0, f"the cluster has fewer than {gpus} free GPUs"
     for i in range(extra):
-        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(hog(f"gpu-hog-{i}")))
+        pod = gpu_hog(f"gpu-hog-{i}", NAMESPACE, 1, labels={"app": "gpu-hog"})
+        cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(pod))
         cluster.kubectl(
             "wait", "--for=condition=PodScheduled", f"pod/gpu-hog-{i}", "-n", NAMESPACE, "--timeout=30s"
         )
